@@ -1,0 +1,38 @@
+// llmtrain's errors. Anything a caller can get wrong (a config, a shape, a file) throws
+// llmtrain::Error with a message that names the input and what was expected; nothing in the library
+// exits the process. Internal invariants use TORCH_INTERNAL_ASSERT instead.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace llmtrain {
+
+/// The exception thrown for bad input, naming the input and what was expected.
+///   try { model->forward(idx); } catch (const llmtrain::Error& e) { std::cerr << e.what() << "\n"; }
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& message) : std::runtime_error(message) {}
+};
+
+namespace detail {
+
+template <typename... Args>
+std::string str_cat(const Args&... args) {
+  std::ostringstream out;
+  (out << ... << args);
+  return out.str();
+}
+
+[[noreturn]] void throw_error(const std::string& message);
+
+}  // namespace detail
+}  // namespace llmtrain
+
+/// Throws llmtrain::Error built from the message parts when `cond` is false:
+///   LLMTRAIN_CHECK(t <= block_size, "sequence length ", t, " exceeds block_size ", block_size);
+#define LLMTRAIN_CHECK(cond, ...)                                                 \
+  do {                                                                            \
+    if (!(cond)) ::llmtrain::detail::throw_error(::llmtrain::detail::str_cat(__VA_ARGS__)); \
+  } while (0)

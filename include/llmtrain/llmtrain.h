@@ -1,0 +1,11 @@
+// Everything public in llmtrain, for programs that would rather include one header.
+#pragma once
+
+#include "llmtrain/config.h"
+#include "llmtrain/core/cuda_check.h"
+#include "llmtrain/core/error.h"
+#include "llmtrain/nn/gpt2.h"
+#include "llmtrain/ops/attention.h"
+#include "llmtrain/ops/cross_entropy.h"
+#include "llmtrain/ops/gelu.h"
+#include "llmtrain/ops/layer_norm.h"

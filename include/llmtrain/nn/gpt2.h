@@ -1,0 +1,127 @@
+// GPT-2 as a LibTorch module. Parameter names are Hugging Face's (transformer.h.N.attn.c_attn.weight
+// ...), so checkpoints map across by name; Linear weights are stored (out, in) where Hugging Face's
+// Conv1D stores (in, out). The token embedding is padded to a multiple of 128 rows so the classifier
+// matmul stays aligned; the padded rows stay zero and their logits are cut off, never predicted. The
+// head is tied to the token embedding (no separate lm_head parameter).
+#pragma once
+
+#include <torch/arg.h>
+#include <torch/nn/cloneable.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/nn/pimpl.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace llmtrain::nn {
+
+/// Shape of a GPT-2 model, with Hugging Face's presets.
+///   auto cfg = llmtrain::nn::GPT2Config::preset("gpt2").dropout(0.1);
+struct GPT2Config {
+  TORCH_ARG(int64_t, vocab_size) = 50257;
+  TORCH_ARG(int64_t, block_size) = 1024;  // longest sequence (positions)
+  TORCH_ARG(int64_t, n_layer) = 12;
+  TORCH_ARG(int64_t, n_head) = 12;
+  TORCH_ARG(int64_t, n_embd) = 768;
+  TORCH_ARG(double, dropout) = 0.0;  // embedding, attention and residual dropout
+  TORCH_ARG(double, layer_norm_eps) = 1e-5;
+
+ public:  // TORCH_ARG leaves the struct in private mode
+  /// "tiny" (2 layers, 4 heads, 64 wide, 128 positions; for tests), "gpt2" (124M), "gpt2-medium"
+  /// (350M), "gpt2-large" (774M), "gpt2-xl" (1558M). Throws llmtrain::Error for other names.
+  static GPT2Config preset(const std::string& name);
+  static std::vector<std::string> preset_names();
+
+  /// vocab_size rounded up to a multiple of 128: the rows of the token embedding.
+  int64_t padded_vocab_size() const;
+  int64_t head_dim() const { return n_embd() / n_head(); }
+  /// Throws llmtrain::Error naming the first field that is out of range.
+  void validate() const;
+};
+
+/// Multi-head causal self-attention: c_attn (C -> 3C), attention over heads, c_proj (C -> C).
+///   CausalSelfAttention attn(cfg); auto y = attn(x);  // (B, T, C) -> (B, T, C)
+class CausalSelfAttentionImpl : public torch::nn::Cloneable<CausalSelfAttentionImpl> {
+ public:
+  explicit CausalSelfAttentionImpl(GPT2Config cfg);
+  void reset() override;
+  torch::Tensor forward(const torch::Tensor& x);  // (B, T, C) -> (B, T, C)
+
+  GPT2Config cfg;
+  torch::nn::Linear c_attn{nullptr}, c_proj{nullptr};
+};
+TORCH_MODULE(CausalSelfAttention);
+
+/// The feed-forward part of a block: c_fc (C -> 4C), tanh GELU, c_proj (4C -> C).
+///   MLP mlp(cfg); auto y = mlp(x);  // (B, T, C) -> (B, T, C)
+class MLPImpl : public torch::nn::Cloneable<MLPImpl> {
+ public:
+  explicit MLPImpl(GPT2Config cfg);
+  void reset() override;
+  torch::Tensor forward(const torch::Tensor& x);  // (B, T, C) -> (B, T, C)
+
+  GPT2Config cfg;
+  torch::nn::Linear c_fc{nullptr}, c_proj{nullptr};
+};
+TORCH_MODULE(MLP);
+
+/// A pre-norm transformer block: x + attn(ln_1(x)), then + mlp(ln_2(x)).
+///   Block block(cfg); auto y = block(x);  // (B, T, C) -> (B, T, C)
+class BlockImpl : public torch::nn::Cloneable<BlockImpl> {
+ public:
+  explicit BlockImpl(GPT2Config cfg);
+  void reset() override;
+  torch::Tensor forward(const torch::Tensor& x);  // (B, T, C) -> (B, T, C)
+
+  GPT2Config cfg;
+  torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
+  CausalSelfAttention attn{nullptr};
+  MLP mlp{nullptr};
+};
+TORCH_MODULE(Block);
+
+/// The body of GPT-2 (Hugging Face's GPT2Model): embeddings, blocks and the final layer norm.
+///   GPT2Transformer body(cfg); auto h = body(idx);  // (B, T) ids -> (B, T, C)
+class GPT2TransformerImpl : public torch::nn::Cloneable<GPT2TransformerImpl> {
+ public:
+  explicit GPT2TransformerImpl(GPT2Config cfg);
+  void reset() override;
+  torch::Tensor forward(const torch::Tensor& idx);  // (B, T) int64 -> (B, T, C)
+
+  GPT2Config cfg;
+  torch::nn::Embedding wte{nullptr}, wpe{nullptr};  // (padded V, C), (block_size, C)
+  torch::nn::ModuleList h{nullptr};                 // n_layer Blocks
+  torch::nn::LayerNorm ln_f{nullptr};
+};
+TORCH_MODULE(GPT2Transformer);
+
+/// What GPT2::forward returns: logits (B, T, vocab_size), and the loss when targets were given.
+struct GPT2Output {
+  torch::Tensor logits;  // (B, T, vocab_size), a view into the padded (B, T, padded V) product
+  torch::Tensor loss;    // scalar mean cross-entropy over targets != -100; undefined without targets
+};
+
+/// GPT-2 language model with GPT-2's initialisation and a head tied to the token embedding.
+///   llmtrain::nn::GPT2 model(llmtrain::nn::GPT2Config::preset("gpt2"));
+///   auto out = model(idx, targets);  out.loss.backward();
+class GPT2Impl : public torch::nn::Cloneable<GPT2Impl> {
+ public:
+  explicit GPT2Impl(GPT2Config cfg);
+  void reset() override;
+  /// idx and targets (B, T) int64 with T <= block_size; ids in [0, vocab_size), targets also -100
+  /// (ignored). Throws llmtrain::Error for shapes or ids out of range.
+  GPT2Output forward(const torch::Tensor& idx, const torch::Tensor& targets = {});
+
+  /// Parameters counted as Hugging Face counts them: the embedding at its vocab_size real rows.
+  int64_t num_parameters() const;
+
+  GPT2Config cfg;
+  GPT2Transformer transformer{nullptr};
+};
+TORCH_MODULE(GPT2);
+
+}  // namespace llmtrain::nn

@@ -1,0 +1,12 @@
+// GELU with the tanh approximation, as GPT-2 was trained with ("gelu_new" in Hugging Face).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace llmtrain::ops {
+
+/// y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), elementwise.
+///   auto h = llmtrain::ops::gelu(c_fc(x));
+at::Tensor gelu(const at::Tensor& x);  // any shape
+
+}  // namespace llmtrain::ops

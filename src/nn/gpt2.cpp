@@ -1,0 +1,212 @@
+#include "llmtrain/nn/gpt2.h"
+
+#include <torch/nn/functional/linear.h>
+#include <torch/nn/init.h>
+#include <torch/utils.h>
+
+#include <cmath>
+
+#include "llmtrain/core/error.h"
+#include "llmtrain/ops/attention.h"
+#include "llmtrain/ops/cross_entropy.h"
+#include "llmtrain/ops/gelu.h"
+#include "llmtrain/ops/layer_norm.h"
+
+namespace llmtrain::nn {
+namespace {
+
+constexpr double kInitStd = 0.02;        // GPT-2's initializer_range
+constexpr int64_t kVocabMultiple = 128;  // padded vocab keeps the classifier GEMM aligned
+
+torch::nn::Linear make_linear(int64_t in, int64_t out, double stddev) {
+  torch::nn::Linear lin(in, out);
+  torch::NoGradGuard no_grad;
+  torch::nn::init::normal_(lin->weight, 0.0, stddev);
+  torch::nn::init::zeros_(lin->bias);
+  return lin;
+}
+
+// Residual projections are scaled down with depth so the residual stream's variance stays flat.
+double residual_std(const GPT2Config& cfg) { return kInitStd / std::sqrt(2.0 * cfg.n_layer()); }
+
+torch::nn::LayerNorm make_layer_norm(const GPT2Config& cfg) {
+  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.n_embd()}).eps(cfg.layer_norm_eps()));
+}
+
+torch::Tensor layer_norm(const torch::nn::LayerNorm& ln, const torch::Tensor& x) {
+  return ops::layer_norm(x, ln->weight, ln->bias, ln->options.eps());
+}
+
+torch::Tensor maybe_dropout(const torch::Tensor& x, double p, bool training) {
+  return (p > 0.0 && training) ? torch::dropout(x, p, true) : x;
+}
+
+// Ids must index the real vocabulary; targets may also be kIgnoreIndex. One host sync each.
+void check_ids(const torch::Tensor& ids, const char* name, int64_t vocab, bool allow_ignore) {
+  torch::Tensor bad = ids.lt(0).logical_or(ids.ge(vocab));
+  if (allow_ignore) bad.logical_and_(ids.ne(ops::kIgnoreIndex));
+  if (!bad.any().item<bool>()) return;
+  const int64_t value = ids.masked_select(bad)[0].item<int64_t>();
+  LLMTRAIN_CHECK(false, "GPT2: ", name, " holds token id ", value, ", outside the vocabulary [0, ",
+                 vocab, ")", allow_ignore ? " (or -100 to ignore)" : "");
+}
+
+}  // namespace
+
+// ---- GPT2Config ---------------------------------------------------------------------------------
+
+GPT2Config GPT2Config::preset(const std::string& name) {
+  const auto make = [](int64_t layers, int64_t heads, int64_t width) {
+    return GPT2Config().n_layer(layers).n_head(heads).n_embd(width);
+  };
+  if (name == "tiny") return make(2, 4, 64).block_size(128);
+  if (name == "gpt2") return make(12, 12, 768);
+  if (name == "gpt2-medium") return make(24, 16, 1024);
+  if (name == "gpt2-large") return make(36, 20, 1280);
+  if (name == "gpt2-xl") return make(48, 25, 1600);
+  std::string names;
+  for (const auto& n : preset_names()) names += (names.empty() ? "" : ", ") + n;
+  LLMTRAIN_CHECK(false, "GPT2Config: unknown preset \"", name, "\"; expected one of ", names);
+  return {};
+}
+
+std::vector<std::string> GPT2Config::preset_names() {
+  return {"tiny", "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"};
+}
+
+int64_t GPT2Config::padded_vocab_size() const {
+  return (vocab_size() + kVocabMultiple - 1) / kVocabMultiple * kVocabMultiple;
+}
+
+void GPT2Config::validate() const {
+  LLMTRAIN_CHECK(vocab_size() > 0, "GPT2Config: vocab_size must be positive, got ", vocab_size());
+  LLMTRAIN_CHECK(block_size() > 0, "GPT2Config: block_size must be positive, got ", block_size());
+  LLMTRAIN_CHECK(n_layer() > 0, "GPT2Config: n_layer must be positive, got ", n_layer());
+  LLMTRAIN_CHECK(n_head() > 0, "GPT2Config: n_head must be positive, got ", n_head());
+  LLMTRAIN_CHECK(n_embd() > 0, "GPT2Config: n_embd must be positive, got ", n_embd());
+  LLMTRAIN_CHECK(n_embd() % n_head() == 0, "GPT2Config: n_embd ", n_embd(),
+                 " is not divisible by n_head ", n_head());
+  LLMTRAIN_CHECK(dropout() >= 0.0 && dropout() < 1.0, "GPT2Config: dropout must be in [0, 1), got ",
+                 dropout());
+  LLMTRAIN_CHECK(layer_norm_eps() > 0.0, "GPT2Config: layer_norm_eps must be positive, got ",
+                 layer_norm_eps());
+}
+
+// ---- CausalSelfAttention ------------------------------------------------------------------------
+
+CausalSelfAttentionImpl::CausalSelfAttentionImpl(GPT2Config cfg_) : cfg(std::move(cfg_)) { reset(); }
+
+void CausalSelfAttentionImpl::reset() {
+  c_attn = register_module("c_attn", make_linear(cfg.n_embd(), 3 * cfg.n_embd(), kInitStd));
+  c_proj = register_module("c_proj", make_linear(cfg.n_embd(), cfg.n_embd(), residual_std(cfg)));
+}
+
+torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
+  const int64_t H = cfg.n_head(), D = cfg.head_dim();
+  const auto qkv = c_attn(x).split(C, /*dim=*/-1);          // 3 x (B, T, C)
+  const auto heads = [&](const torch::Tensor& t) {        // (B, T, C) -> (B, H, T, D)
+    return t.view({B, T, H, D}).transpose(1, 2);
+  };
+  const double p = is_training() ? cfg.dropout() : 0.0;
+  torch::Tensor y = ops::attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), p);  // (B, H, T, D)
+  y = y.transpose(1, 2).reshape({B, T, C});
+  return maybe_dropout(c_proj(y), cfg.dropout(), is_training());
+}
+
+// ---- MLP ----------------------------------------------------------------------------------------
+
+MLPImpl::MLPImpl(GPT2Config cfg_) : cfg(std::move(cfg_)) { reset(); }
+
+void MLPImpl::reset() {
+  c_fc = register_module("c_fc", make_linear(cfg.n_embd(), 4 * cfg.n_embd(), kInitStd));
+  c_proj = register_module("c_proj", make_linear(4 * cfg.n_embd(), cfg.n_embd(), residual_std(cfg)));
+}
+
+torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
+  return maybe_dropout(c_proj(ops::gelu(c_fc(x))), cfg.dropout(), is_training());
+}
+
+// ---- Block --------------------------------------------------------------------------------------
+
+BlockImpl::BlockImpl(GPT2Config cfg_) : cfg(std::move(cfg_)) { reset(); }
+
+void BlockImpl::reset() {
+  ln_1 = register_module("ln_1", make_layer_norm(cfg));
+  attn = register_module("attn", CausalSelfAttention(cfg));
+  ln_2 = register_module("ln_2", make_layer_norm(cfg));
+  mlp = register_module("mlp", MLP(cfg));
+}
+
+torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
+  torch::Tensor h = x + attn(layer_norm(ln_1, x));
+  return h + mlp(layer_norm(ln_2, h));
+}
+
+// ---- GPT2Transformer ----------------------------------------------------------------------------
+
+GPT2TransformerImpl::GPT2TransformerImpl(GPT2Config cfg_) : cfg(std::move(cfg_)) {
+  cfg.validate();
+  reset();
+}
+
+void GPT2TransformerImpl::reset() {
+  wte = register_module("wte", torch::nn::Embedding(cfg.padded_vocab_size(), cfg.n_embd()));
+  wpe = register_module("wpe", torch::nn::Embedding(cfg.block_size(), cfg.n_embd()));
+  h = register_module("h", torch::nn::ModuleList());
+  for (int64_t i = 0; i < cfg.n_layer(); ++i) h->push_back(Block(cfg));
+  ln_f = register_module("ln_f", make_layer_norm(cfg));
+
+  torch::NoGradGuard no_grad;
+  torch::nn::init::normal_(wte->weight, 0.0, kInitStd);
+  wte->weight.narrow(0, cfg.vocab_size(), cfg.padded_vocab_size() - cfg.vocab_size()).zero_();
+  torch::nn::init::normal_(wpe->weight, 0.0, kInitStd);
+}
+
+torch::Tensor GPT2TransformerImpl::forward(const torch::Tensor& idx) {
+  const int64_t T = idx.size(1);
+  const torch::Tensor pos = torch::arange(T, idx.options());      // (T)
+  torch::Tensor x = wte(idx) + wpe(pos);                           // (B, T, C)
+  x = maybe_dropout(x, cfg.dropout(), is_training());
+  for (const auto& block : *h) x = block->as<BlockImpl>()->forward(x);
+  return layer_norm(ln_f, x);
+}
+
+// ---- GPT2 ---------------------------------------------------------------------------------------
+
+GPT2Impl::GPT2Impl(GPT2Config cfg_) : cfg(std::move(cfg_)) {
+  cfg.validate();
+  reset();
+}
+
+void GPT2Impl::reset() { transformer = register_module("transformer", GPT2Transformer(cfg)); }
+
+GPT2Output GPT2Impl::forward(const torch::Tensor& idx, const torch::Tensor& targets) {
+  LLMTRAIN_CHECK(idx.dim() == 2, "GPT2: idx must be (B, T), got shape ", idx.sizes());
+  LLMTRAIN_CHECK(idx.scalar_type() == torch::kLong, "GPT2: idx must be int64, got ", idx.scalar_type());
+  LLMTRAIN_CHECK(idx.size(1) >= 1 && idx.size(1) <= cfg.block_size(), "GPT2: sequence length ",
+                 idx.size(1), " is outside [1, block_size ", cfg.block_size(), "]");
+  check_ids(idx, "idx", cfg.vocab_size(), /*allow_ignore=*/false);
+  if (targets.defined()) {
+    LLMTRAIN_CHECK(targets.sizes() == idx.sizes(), "GPT2: targets must have the shape of idx ",
+                   idx.sizes(), ", got ", targets.sizes());
+    LLMTRAIN_CHECK(targets.scalar_type() == torch::kLong, "GPT2: targets must be int64, got ",
+                   targets.scalar_type());
+    check_ids(targets, "targets", cfg.vocab_size(), /*allow_ignore=*/true);
+  }
+
+  const torch::Tensor x = transformer(idx);                                        // (B, T, C)
+  GPT2Output out;
+  out.logits = torch::nn::functional::linear(x, transformer->wte->weight)          // (B, T, padded V)
+                   .narrow(-1, 0, cfg.vocab_size());                               // (B, T, V)
+  if (targets.defined()) out.loss = ops::cross_entropy(out.logits.flatten(0, 1), targets.flatten());
+  return out;
+}
+
+int64_t GPT2Impl::num_parameters() const {
+  int64_t n = 0;
+  for (const auto& p : parameters()) n += p.numel();
+  return n - (cfg.padded_vocab_size() - cfg.vocab_size()) * cfg.n_embd();
+}
+
+}  // namespace llmtrain::nn

@@ -1,0 +1,232 @@
+// GPT2 on the CPU reference path: size, names, initial loss, causality, float64 gradients, fitting,
+// agreement with Hugging Face transformers, and errors for bad configs and inputs.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/serialize.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "llmtrain/core/error.h"
+#include "llmtrain/nn/gpt2.h"
+#include "test_util.h"
+
+using llmtrain::nn::GPT2;
+using llmtrain::nn::GPT2Config;
+using llmtrain::testing::expect_gradients_match;
+using llmtrain::testing::max_abs_diff;
+using llmtrain::testing::test_python;
+using llmtrain::testing::test_source_dir;
+using ::testing::HasSubstr;
+
+namespace {
+
+torch::Tensor random_tokens(int64_t B, int64_t T, int64_t vocab) {
+  return torch::randint(vocab, {B, T}, torch::kLong);
+}
+
+// Runs `body`, expecting llmtrain::Error whose message contains every one of `parts`.
+template <typename F>
+void expect_error(F&& body, std::initializer_list<const char*> parts) {
+  try {
+    body();
+    ADD_FAILURE() << "expected llmtrain::Error";
+  } catch (const llmtrain::Error& e) {
+    for (const char* part : parts) EXPECT_THAT(e.what(), HasSubstr(part));
+  }
+}
+
+}  // namespace
+
+TEST(GPT2, PresetSizesMatchHuggingFaceCounts) {
+  EXPECT_EQ(GPT2(GPT2Config::preset("gpt2"))->num_parameters(), 124439808);
+  const auto cfg = GPT2Config::preset("gpt2-xl");
+  EXPECT_EQ(cfg.n_layer(), 48);
+  EXPECT_EQ(cfg.n_head(), 25);
+  EXPECT_EQ(cfg.n_embd(), 1600);
+  EXPECT_EQ(GPT2Config::preset("gpt2-medium").n_embd(), 1024);
+  EXPECT_EQ(GPT2Config::preset("gpt2-large").n_layer(), 36);
+  expect_error([] { GPT2Config::preset("gpt3"); }, {"unknown preset \"gpt3\"", "gpt2-xl"});
+}
+
+TEST(GPT2, VocabularyIsPaddedInsideAndCutOutside) {
+  const auto cfg = GPT2Config::preset("tiny");
+  EXPECT_EQ(cfg.padded_vocab_size(), 50304);
+  EXPECT_EQ(GPT2Config().vocab_size(100).padded_vocab_size(), 128);
+  EXPECT_EQ(GPT2Config().vocab_size(256).padded_vocab_size(), 256);
+  GPT2 model(cfg);
+  EXPECT_EQ(model->transformer->wte->weight.size(0), 50304);
+  const auto padded_rows = model->transformer->wte->weight.narrow(0, 50257, 50304 - 50257);
+  EXPECT_EQ(padded_rows.abs().max().item<float>(), 0.0f);
+
+  const auto idx = random_tokens(2, 16, cfg.vocab_size());
+  const auto out = model(idx, idx);
+  EXPECT_EQ(out.logits.sizes(), (std::vector<int64_t>{2, 16, 50257}));
+  out.loss.backward();
+  EXPECT_EQ(model->transformer->wte->weight.grad().narrow(0, 50257, 47).abs().max().item<float>(), 0.0f);
+}
+
+TEST(GPT2, ParameterNamesAreHuggingFaces) {
+  GPT2 model(GPT2Config::preset("tiny"));
+  std::set<std::string> names;
+  for (const auto& item : model->named_parameters()) names.insert(item.key());
+  std::set<std::string> expected = {"transformer.wte.weight", "transformer.wpe.weight",
+                                    "transformer.ln_f.weight", "transformer.ln_f.bias"};
+  for (int layer = 0; layer < 2; ++layer) {
+    for (const char* leaf : {"ln_1", "attn.c_attn", "attn.c_proj", "ln_2", "mlp.c_fc", "mlp.c_proj"}) {
+      const std::string base = "transformer.h." + std::to_string(layer) + "." + leaf;
+      expected.insert(base + ".weight");
+      expected.insert(base + ".bias");
+    }
+  }
+  EXPECT_EQ(names, expected);
+}
+
+TEST(GPT2, InitialisationFollowsGPT2) {
+  GPT2 model(GPT2Config::preset("gpt2"));
+  auto& block = *model->transformer->h->ptr(0)->as<llmtrain::nn::BlockImpl>();
+  EXPECT_NEAR(block.attn->c_attn->weight.std().item<double>(), 0.02, 1e-3);
+  EXPECT_NEAR(block.mlp->c_fc->weight.std().item<double>(), 0.02, 1e-3);
+  EXPECT_NEAR(block.attn->c_proj->weight.std().item<double>(), 0.02 / std::sqrt(24.0), 2e-4);
+  EXPECT_NEAR(block.mlp->c_proj->weight.std().item<double>(), 0.02 / std::sqrt(24.0), 2e-4);
+  EXPECT_EQ(block.attn->c_attn->bias.abs().max().item<float>(), 0.0f);
+  EXPECT_NEAR(model->transformer->wte->weight.narrow(0, 0, 50257).std().item<double>(), 0.02, 1e-3);
+  EXPECT_EQ(block.ln_1->weight.min().item<float>(), 1.0f);
+}
+
+TEST(GPT2, LossAtInitialisationIsLogVocab) {
+  torch::manual_seed(1);
+  // Twelve random blocks widen the logits a little: 124M starts slightly above ln(V) (llm.c's
+  // reference run reads 11.02 at step 0), so it gets a looser bound than the tiny model.
+  for (const auto& [preset, tolerance] : {std::pair{"tiny", 0.1}, std::pair{"gpt2", 0.2}}) {
+    const auto cfg = GPT2Config::preset(preset);
+    GPT2 model(cfg);
+    torch::NoGradGuard no_grad;
+    const auto idx = random_tokens(2, 64, cfg.vocab_size());
+    const auto targets = random_tokens(2, 64, cfg.vocab_size());
+    EXPECT_NEAR(model(idx, targets).loss.item<double>(), std::log(50257.0), tolerance) << preset;
+  }
+}
+
+TEST(GPT2, ChangingTokenTNeverChangesEarlierLogits) {
+  torch::manual_seed(2);
+  const auto cfg = GPT2Config::preset("tiny");
+  GPT2 model(cfg);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const int64_t T = 24;
+  const auto idx = random_tokens(2, T, cfg.vocab_size());
+  const auto base = model(idx).logits;
+  for (int64_t t = 0; t < T; ++t) {
+    auto changed = idx.clone();
+    changed.select(1, t).add_(1 + t).remainder_(cfg.vocab_size());
+    const auto logits = model(changed).logits;
+    EXPECT_TRUE(torch::equal(logits.narrow(1, 0, t), base.narrow(1, 0, t))) << "t=" << t;
+    EXPECT_GT(max_abs_diff(logits.select(1, t), base.select(1, t)), 0.0) << "t=" << t;
+  }
+}
+
+TEST(GPT2, Float64GradientsMatchFiniteDifferences) {
+  torch::manual_seed(3);
+  const auto cfg = GPT2Config::preset("tiny");
+  GPT2 model(cfg);
+  model->to(torch::kDouble);
+  const auto idx = random_tokens(2, 8, cfg.vocab_size());
+  auto targets = random_tokens(2, 8, cfg.vocab_size());
+  targets[0][3] = -100;
+  std::vector<torch::Tensor> params;
+  std::vector<std::string> names;
+  for (const auto& item : model->named_parameters()) {
+    names.push_back(item.key());
+    params.push_back(item.value());
+  }
+  expect_gradients_match([&] { return model(idx, targets).loss; }, params, names);
+}
+
+TEST(GPT2, OverfitsOneBatch) {
+  torch::manual_seed(4);
+  const auto cfg = GPT2Config::preset("tiny");
+  GPT2 model(cfg);
+  torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(3e-3).weight_decay(0.0));
+  const auto idx = random_tokens(2, 32, cfg.vocab_size());
+  const auto targets = random_tokens(2, 32, cfg.vocab_size());
+  double loss = 0;
+  for (int step = 0; step < 300 && (step == 0 || loss >= 0.05); ++step) {
+    opt.zero_grad();
+    auto out = model(idx, targets);
+    out.loss.backward();
+    opt.step();
+    loss = out.loss.item<double>();
+  }
+  EXPECT_LT(loss, 0.05);
+}
+
+TEST(GPT2, LogitsMatchHuggingFaceTransformers) {
+  const std::string python = test_python(), source = test_source_dir();
+  torch::manual_seed(5);
+  // Not a preset: an odd vocabulary (padded inside) and more heads exercise the name and shape map.
+  const auto cfg = GPT2Config().vocab_size(1000).block_size(64).n_layer(3).n_head(6).n_embd(48);
+  GPT2 model(cfg);
+  model->eval();
+  // Perturb the LayerNorms and biases away from 1 and 0 so every parameter matters to the logits.
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->parameters()) p.add_(torch::randn_like(p) * 0.05);
+  }
+  const auto idx = random_tokens(3, 40, cfg.vocab_size());
+
+  c10::Dict<std::string, torch::Tensor> blob;
+  blob.insert("config", torch::tensor({cfg.vocab_size(), cfg.block_size(), cfg.n_layer(),
+                                       cfg.n_head(), cfg.n_embd()}, torch::kLong));
+  blob.insert("idx", idx);
+  for (const auto& item : model->named_parameters()) blob.insert(item.key(), item.value().detach());
+
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("llmtrain_hf_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto in = (dir / "in.pt").string(), out = (dir / "out.pt").string();
+  {
+    const auto bytes = torch::pickle_save(c10::IValue(blob));
+    std::ofstream(in, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  const std::string cmd = "'" + python + "' '" + source + "/tests/python/hf_gpt2_logits.py' '" + in +
+                          "' '" + out + "'";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  torch::NoGradGuard no_grad;
+  const auto ours = model(idx).logits;
+  auto hf = torch::empty(ours.sizes(), torch::kFloat);
+  std::ifstream file(out, std::ios::binary);
+  file.read(static_cast<char*>(hf.data_ptr()), static_cast<std::streamsize>(hf.nbytes()));
+  ASSERT_EQ(file.gcount(), static_cast<std::streamsize>(hf.nbytes())) << out << " is short";
+  std::filesystem::remove_all(dir);
+  EXPECT_LT(max_abs_diff(ours, hf), 1e-5);
+  EXPECT_GT(hf.abs().max().item<float>(), 0.1f);  // real logits, not zeros
+}
+
+TEST(GPT2, BadConfigsAndInputsNameTheValueAndTheLimit) {
+  expect_error([] { GPT2(GPT2Config::preset("tiny").n_head(3)); },
+               {"n_embd 64", "not divisible by n_head 3"});
+  expect_error([] { GPT2(GPT2Config::preset("tiny").n_layer(0)); }, {"n_layer", "positive", "0"});
+  expect_error([] { GPT2(GPT2Config::preset("tiny").dropout(1.5)); }, {"dropout", "1.5"});
+
+  const auto cfg = GPT2Config::preset("tiny");
+  GPT2 model(cfg);
+  expect_error([&] { model(random_tokens(1, 129, cfg.vocab_size())); },
+               {"sequence length 129", "block_size 128"});
+  auto idx = random_tokens(1, 8, cfg.vocab_size());
+  idx[0][5] = 50257;
+  expect_error([&] { model(idx); }, {"idx", "token id 50257", "[0, 50257)"});
+  idx[0][5] = -1;
+  expect_error([&] { model(idx); }, {"idx", "token id -1"});
+  idx[0][5] = 7;
+  auto targets = idx.clone();
+  targets[0][2] = 60000;
+  expect_error([&] { model(idx, targets); }, {"targets", "token id 60000", "-100"});
+  expect_error([&] { model(idx.to(torch::kInt)); }, {"idx must be int64"});
+  expect_error([&] { model(idx.flatten()); }, {"idx must be (B, T)"});
+  expect_error([&] { model(idx, targets.narrow(1, 0, 4)); }, {"targets must have the shape"});
+}

@@ -1,0 +1,151 @@
+// The reference paths of the ops against the textbook formulas, in float64 on fresh random inputs
+// of awkward sizes, contiguous and strided, forward and backward (finite differences).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "llmtrain/core/error.h"
+#include "llmtrain/ops/attention.h"
+#include "llmtrain/ops/cross_entropy.h"
+#include "llmtrain/ops/gelu.h"
+#include "llmtrain/ops/layer_norm.h"
+#include "test_util.h"
+
+namespace ops = llmtrain::ops;
+using llmtrain::testing::expect_gradients_match;
+using llmtrain::testing::max_abs_diff;
+
+namespace {
+
+const auto kF64 = torch::TensorOptions().dtype(torch::kDouble);
+constexpr int64_t kRows[] = {1, 7, 113, 1023};
+
+torch::Tensor gelu_formula(const torch::Tensor& x) {
+  return 0.5 * x * (1 + torch::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x.pow(3))));
+}
+
+torch::Tensor layer_norm_formula(const torch::Tensor& x, const torch::Tensor& w,
+                                 const torch::Tensor& b, double eps) {
+  const auto mean = x.mean(-1, true);
+  const auto var = (x - mean).pow(2).mean(-1, true);
+  return (x - mean) / torch::sqrt(var + eps) * w + b;
+}
+
+torch::Tensor attention_formula(const torch::Tensor& q, const torch::Tensor& k,
+                                const torch::Tensor& v) {
+  const int64_t T = q.size(2);
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(q.size(-1)));
+  const auto future = torch::ones({T, T}, torch::kBool).triu(1);
+  return torch::matmul(torch::softmax(scores.masked_fill(future, -INFINITY), -1), v);
+}
+
+}  // namespace
+
+TEST(OpsGelu, MatchesTanhFormula) {
+  for (int64_t rows : kRows) {
+    const auto x = 3 * torch::randn({rows, 37}, kF64);
+    EXPECT_LT(max_abs_diff(ops::gelu(x), gelu_formula(x)), 1e-12) << rows << " rows";
+  }
+  const auto strided = torch::randn({64, 48}, kF64).t();
+  EXPECT_LT(max_abs_diff(ops::gelu(strided), gelu_formula(strided)), 1e-12);
+}
+
+TEST(OpsGelu, GradientMatchesFiniteDifferences) {
+  const auto x = torch::randn({7, 13}, kF64).requires_grad_();
+  const auto w = torch::randn({7, 13}, kF64);
+  expect_gradients_match([&] { return (ops::gelu(x) * w).sum(); }, {x}, {"x"});
+}
+
+TEST(OpsLayerNorm, MatchesFormula) {
+  for (int64_t rows : kRows) {
+    const auto x = torch::randn({rows, 96}, kF64) * 2 + 0.5;
+    const auto w = torch::randn({96}, kF64), b = torch::randn({96}, kF64);
+    EXPECT_LT(max_abs_diff(ops::layer_norm(x, w, b), layer_norm_formula(x, w, b, 1e-5)), 1e-12);
+  }
+  const auto strided = torch::randn({96, 3, 5}, kF64).permute({2, 1, 0});  // (5, 3, 96), strided
+  const auto w = torch::randn({96}, kF64), b = torch::randn({96}, kF64);
+  EXPECT_LT(max_abs_diff(ops::layer_norm(strided, w, b, 1e-3), layer_norm_formula(strided, w, b, 1e-3)),
+            1e-12);
+}
+
+TEST(OpsLayerNorm, GradientMatchesFiniteDifferences) {
+  const auto x = torch::randn({5, 24}, kF64).requires_grad_();
+  const auto w = torch::randn({24}, kF64).requires_grad_();
+  const auto b = torch::randn({24}, kF64).requires_grad_();
+  const auto r = torch::randn({5, 24}, kF64);
+  expect_gradients_match([&] { return (ops::layer_norm(x, w, b) * r).sum(); }, {x, w, b},
+                         {"x", "weight", "bias"});
+}
+
+TEST(OpsLayerNorm, RejectsMismatchedWeight) {
+  const auto x = torch::randn({4, 8}, kF64);
+  EXPECT_THROW(ops::layer_norm(x, torch::ones({7}, kF64), torch::zeros({8}, kF64)), llmtrain::Error);
+  EXPECT_THROW(ops::layer_norm(x, torch::ones({8}, kF64), torch::zeros({9}, kF64)), llmtrain::Error);
+}
+
+TEST(OpsCrossEntropy, MatchesFormulaWithIgnoredTargets) {
+  for (int64_t rows : kRows) {
+    const int64_t V = 53;
+    const auto logits = 4 * torch::randn({rows, V}, kF64);
+    auto targets = torch::randint(V, {rows}, torch::kLong);
+    if (rows > 1) targets.index_put_({torch::indexing::Slice(0, rows / 2)}, ops::kIgnoreIndex);
+    const auto keep = targets.ne(ops::kIgnoreIndex);
+    const auto nll = torch::logsumexp(logits, -1) - logits.gather(1, targets.clamp_min(0).unsqueeze(1)).squeeze(1);
+    const double expected = nll.masked_select(keep).mean().item<double>();
+    EXPECT_NEAR(ops::cross_entropy(logits, targets).item<double>(), expected, 1e-12) << rows << " rows";
+  }
+}
+
+TEST(OpsCrossEntropy, StridedRowsAndReducedPrecisionLogits) {
+  const auto padded = torch::randn({9, 64}, kF64);
+  const auto logits = padded.narrow(1, 0, 50);  // rows strided like the model's unpadded logits
+  const auto targets = torch::randint(50, {9}, torch::kLong);
+  const double ref = ops::cross_entropy(logits.contiguous(), targets).item<double>();
+  EXPECT_NEAR(ops::cross_entropy(logits, targets).item<double>(), ref, 1e-12);
+
+  const auto loss_bf16 = ops::cross_entropy(logits.to(torch::kBFloat16), targets);
+  EXPECT_EQ(loss_bf16.scalar_type(), torch::kFloat);  // reduced in float32
+  EXPECT_NEAR(loss_bf16.item<double>(), ref, 2e-2 * std::abs(ref));
+}
+
+TEST(OpsCrossEntropy, GradientMatchesFiniteDifferences) {
+  const auto logits = torch::randn({6, 11}, kF64).requires_grad_();
+  auto targets = torch::randint(11, {6}, torch::kLong);
+  targets[2] = ops::kIgnoreIndex;
+  expect_gradients_match([&] { return ops::cross_entropy(logits, targets); }, {logits}, {"logits"});
+}
+
+TEST(OpsCrossEntropy, RejectsBadShapes) {
+  EXPECT_THROW(ops::cross_entropy(torch::randn({4, 5, 6}), torch::zeros({4}, torch::kLong)), llmtrain::Error);
+  EXPECT_THROW(ops::cross_entropy(torch::randn({4, 5}), torch::zeros({3}, torch::kLong)), llmtrain::Error);
+  EXPECT_THROW(ops::cross_entropy(torch::randn({4, 5}), torch::zeros({4}, torch::kInt)), llmtrain::Error);
+}
+
+TEST(OpsAttention, MatchesCausalSoftmaxFormula) {
+  for (int64_t T : {1, 7, 113}) {
+    const auto q = torch::randn({2, 3, T, 16}, kF64), k = torch::randn({2, 3, T, 16}, kF64);
+    const auto v = torch::randn({2, 3, T, 16}, kF64);
+    EXPECT_LT(max_abs_diff(ops::attention(q, k, v), attention_formula(q, k, v)), 1e-12) << "T=" << T;
+  }
+  // Heads split out of a (B, T, C) projection are strided, as in CausalSelfAttention.
+  const auto qkv = torch::randn({2, 9, 3 * 32}, kF64).split(32, -1);
+  const auto heads = [](const torch::Tensor& t) { return t.view({2, 9, 4, 8}).transpose(1, 2); };
+  const auto q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
+  EXPECT_LT(max_abs_diff(ops::attention(q, k, v), attention_formula(q, k, v)), 1e-12);
+}
+
+TEST(OpsAttention, GradientMatchesFiniteDifferences) {
+  const auto q = torch::randn({1, 2, 5, 4}, kF64).requires_grad_();
+  const auto k = torch::randn({1, 2, 5, 4}, kF64).requires_grad_();
+  const auto v = torch::randn({1, 2, 5, 4}, kF64).requires_grad_();
+  const auto r = torch::randn({1, 2, 5, 4}, kF64);
+  expect_gradients_match([&] { return (ops::attention(q, k, v) * r).sum(); }, {q, k, v}, {"q", "k", "v"});
+}
+
+TEST(OpsAttention, RejectsBadShapes) {
+  const auto q = torch::randn({1, 2, 5, 4});
+  EXPECT_THROW(ops::attention(q.flatten(0, 1), q.flatten(0, 1), q.flatten(0, 1)), llmtrain::Error);
+  EXPECT_THROW(ops::attention(q, torch::randn({1, 2, 6, 4}), q), llmtrain::Error);
+  EXPECT_THROW(ops::attention(q, q, q, 1.0), llmtrain::Error);
+}

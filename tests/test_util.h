@@ -1,0 +1,73 @@
+// Helpers shared by llmtrain's tests: skipping GPU tests without a GPU, the test environment that
+// ctest passes in, and a float64 finite-difference check of autograd gradients.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+#include <torch/types.h>
+
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace llmtrain::testing {
+
+#define LLMTRAIN_SKIP_WITHOUT_CUDA() \
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device here"
+
+/// The Python that has the peers (torch, transformers) and the source tree, as configured by CMake;
+/// the variables LLMTRAIN_PYTHON and LLMTRAIN_SOURCE_DIR override them.
+inline std::string test_python() {
+  const char* v = std::getenv("LLMTRAIN_PYTHON");
+  return v ? v : LLMTRAIN_TEST_PYTHON;
+}
+inline std::string test_source_dir() {
+  const char* v = std::getenv("LLMTRAIN_SOURCE_DIR");
+  return v ? v : LLMTRAIN_TEST_SOURCE_DIR;
+}
+
+/// The largest |a - b| as a double.
+inline double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+}
+
+/// Checks autograd's gradient of the scalar f() with respect to `params` against central differences
+/// along random directions: one over all parameters at once, then one inside each parameter alone, so
+/// an error in one tensor cannot hide behind another. Parameters must be float64 and require grad.
+inline void expect_gradients_match(const std::function<torch::Tensor()>& f,
+                                   const std::vector<torch::Tensor>& params,
+                                   const std::vector<std::string>& names, double eps = 1e-6,
+                                   double rtol = 1e-6) {
+  for (auto& p : params) p.mutable_grad() = torch::Tensor();
+  f().backward();
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : params) grads.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
+
+  const auto check = [&](const std::vector<torch::Tensor>& dirs, const std::string& what) {
+    double analytic = 0;
+    for (size_t i = 0; i < params.size(); ++i) analytic += (grads[i] * dirs[i]).sum().item<double>();
+    const auto shifted = [&](double step) {
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < params.size(); ++i) params[i].add_(dirs[i], step);
+      const double value = f().item<double>();
+      for (size_t i = 0; i < params.size(); ++i) params[i].sub_(dirs[i], step);
+      return value;
+    };
+    const double numeric = (shifted(eps) - shifted(-eps)) / (2 * eps);
+    EXPECT_NEAR(analytic, numeric, rtol * std::max(1.0, std::abs(numeric)))
+        << "directional derivative along " << what;
+  };
+
+  std::vector<torch::Tensor> all;
+  for (const auto& p : params) all.push_back(torch::randn_like(p));
+  check(all, "all parameters");
+  for (size_t j = 0; j < params.size(); ++j) {
+    std::vector<torch::Tensor> one;
+    for (size_t i = 0; i < params.size(); ++i)
+      one.push_back(i == j ? torch::randn_like(params[i]) : torch::zeros_like(params[i]));
+    check(one, names[j]);
+  }
+}
+
+}  // namespace llmtrain::testing
