@@ -230,3 +230,30 @@ TEST(GPT2, BadConfigsAndInputsNameTheValueAndTheLimit) {
   expect_error([&] { model(idx.flatten()); }, {"idx must be (B, T)"});
   expect_error([&] { model(idx, targets.narrow(1, 0, 4)); }, {"targets must have the shape"});
 }
+
+TEST(GPT2, CudaMatchesCpu_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  torch::manual_seed(6);
+  const auto cfg = GPT2Config::preset("tiny");
+  GPT2 cpu(cfg);
+  auto gpu = std::dynamic_pointer_cast<llmtrain::nn::GPT2Impl>(cpu->clone(torch::kCUDA));
+  const auto idx = random_tokens(3, 100, cfg.vocab_size());
+  auto targets = random_tokens(3, 100, cfg.vocab_size());
+  targets[1][7] = -100;
+  const auto ref = cpu(idx, targets);
+  const auto out = gpu->forward(idx.cuda(), targets.cuda());
+  EXPECT_LT(max_abs_diff(out.logits.cpu(), ref.logits), 1e-4);
+  EXPECT_NEAR(out.loss.item<double>(), ref.loss.item<double>(), 1e-5);
+  ref.loss.backward();
+  out.loss.backward();
+  const auto ref_params = cpu->named_parameters();
+  for (const auto& item : gpu->named_parameters()) {
+    const auto& expected = ref_params[item.key()].grad();
+    EXPECT_LT(max_abs_diff(item.value().grad().cpu(), expected),
+              1e-5 + 1e-3 * expected.abs().max().item<double>()) << item.key();
+  }
+  // Bad ids are caught on the device too.
+  auto bad = idx.cuda();
+  bad[0][0] = 50257;
+  expect_error([&] { gpu->forward(bad); }, {"token id 50257"});
+}
