@@ -4,6 +4,7 @@
 #include "llmtrain/config.h"
 #include "llmtrain/core/cuda_check.h"
 #include "llmtrain/core/error.h"
+#include "llmtrain/core/fs.h"
 #include "llmtrain/nn/gpt2.h"
 #include "llmtrain/ops/attention.h"
 #include "llmtrain/ops/cross_entropy.h"

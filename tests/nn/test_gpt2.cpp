@@ -7,11 +7,11 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <set>
 
 #include "llmtrain/core/error.h"
+#include "llmtrain/core/fs.h"
 #include "llmtrain/nn/gpt2.h"
 #include "test_util.h"
 
@@ -185,10 +185,8 @@ TEST(GPT2, LogitsMatchHuggingFaceTransformers) {
   blob.insert("idx", idx);
   for (const auto& item : model->named_parameters()) blob.insert(item.key(), item.value().detach());
 
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("llmtrain_hf_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  const auto in = (dir / "in.pt").string(), out = (dir / "out.pt").string();
+  const std::string dir = llmtrain::fs::make_temp_dir("llmtrain_hf_");
+  const std::string in = dir + "/in.pt", out = dir + "/out.bin";
   {
     const auto bytes = torch::pickle_save(c10::IValue(blob));
     std::ofstream(in, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
@@ -202,7 +200,7 @@ TEST(GPT2, LogitsMatchHuggingFaceTransformers) {
   std::ifstream file(out, std::ios::binary);
   file.read(static_cast<char*>(hf.data_ptr()), static_cast<std::streamsize>(hf.nbytes()));
   ASSERT_EQ(file.gcount(), static_cast<std::streamsize>(hf.nbytes())) << out << " is short";
-  std::filesystem::remove_all(dir);
+  llmtrain::fs::remove_tree(dir);
   EXPECT_LT(max_abs_diff(ours, hf), 1e-5);
   EXPECT_GT(hf.abs().max().item<float>(), 0.1f);  // real logits, not zeros
 }

@@ -1,0 +1,26 @@
+// File-system helpers on POSIX calls. llmtrain does not call std::filesystem: PyPI's libtorch.so
+// exports its own broken copies of those functions (pytorch/pytorch#133437), and which copy a program
+// binds to depends on its toolchain's link order (remove_all jumped to address 0 on Ubuntu 24.04).
+#pragma once
+
+#include <string>
+
+namespace llmtrain::fs {
+
+/// True when something exists at `path` (a file, a directory, a link).
+///   if (llmtrain::fs::exists(dir + "/model.bin")) { ... }
+bool exists(const std::string& path);
+
+/// Creates `path` and its missing parents (like mkdir -p); an existing directory is fine.
+/// Throws llmtrain::Error naming the path and the reason.
+void make_dirs(const std::string& path);
+
+/// Creates a new, empty, private directory under $TMPDIR (else /tmp) whose name starts with `prefix`.
+///   const std::string dir = llmtrain::fs::make_temp_dir("llmtrain_test_");
+std::string make_temp_dir(const std::string& prefix);
+
+/// Removes `path` and everything under it, without following links; a missing path is fine.
+/// Throws llmtrain::Error naming the entry that could not be removed.
+void remove_tree(const std::string& path);
+
+}  // namespace llmtrain::fs

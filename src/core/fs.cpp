@@ -1,0 +1,57 @@
+#include "llmtrain/core/fs.h"
+
+#include <ftw.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "llmtrain/core/error.h"
+
+namespace llmtrain::fs {
+
+bool exists(const std::string& path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
+void make_dirs(const std::string& path) {
+  LLMTRAIN_CHECK(!path.empty(), "make_dirs: empty path");
+  for (size_t pos = path.find('/', 1);; pos = path.find('/', pos + 1)) {
+    const std::string prefix = path.substr(0, pos);
+    if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST)
+      LLMTRAIN_CHECK(false, "cannot create directory ", prefix, ": ", std::strerror(errno));
+    if (pos == std::string::npos) break;
+  }
+  struct stat st;
+  LLMTRAIN_CHECK(::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode), "cannot create directory ", path,
+                 ": a file of that name exists");
+}
+
+std::string make_temp_dir(const std::string& prefix) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/" + prefix + "XXXXXX";
+  std::vector<char> buf(templ.begin(), templ.end());
+  buf.push_back('\0');
+  LLMTRAIN_CHECK(::mkdtemp(buf.data()) != nullptr, "cannot create a temporary directory ", templ, ": ",
+                 std::strerror(errno));
+  return buf.data();
+}
+
+namespace {
+int remove_entry(const char* path, const struct stat*, int, struct FTW*) {
+  return ::remove(path) == 0 ? 0 : -1;  // errno stays set for the caller
+}
+}  // namespace
+
+void remove_tree(const std::string& path) {
+  if (!exists(path)) return;
+  // FTW_DEPTH visits children before their directory; FTW_PHYS removes links, not their targets.
+  LLMTRAIN_CHECK(::nftw(path.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS) == 0, "cannot remove ", path,
+                 ": ", std::strerror(errno));
+}
+
+}  // namespace llmtrain::fs
