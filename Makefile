@@ -1,6 +1,9 @@
 # llmtrain's entry points. scripts/setup.sh does the set-up (packages, Python with LibTorch) and the
 # configure + build into build/; every target below starts with it, so each works on a fresh machine.
 JOBS ?= $(shell nproc)
+# Tests that need the shared data (GPT-2 BPE files, the corpus) find it here; without it they skip.
+LLMTRAIN_DATA_DIR ?= $(wildcard $(abspath $(CURDIR)/../shared/data))
+export LLMTRAIN_DATA_DIR
 
 .PHONY: build test clean
 

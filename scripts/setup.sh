@@ -70,12 +70,18 @@ torch_ok "$py" || { say "error: no torch 2.x with CUDA in $py"; exit 1; }
 say "python: $py (torch $("$py" -c 'import torch; print(torch.__version__)'))"
 
 # ---- Configure and build -----------------------------------------------------------------------
+# The GPU machine has PCRE2's library but not its header and cannot install it: a copy unpacked by
+# scripts/unpack_deps.sh into .deps/ (carried there with the tree) stands in.
+extra=()
+if ! have_header pcre2.h -DPCRE2_CODE_UNIT_WIDTH=8 && [ -f "$root/.deps/pcre2/usr/include/pcre2.h" ]; then
+  extra+=(-DPCRE2_ROOT="$root/.deps/pcre2/usr")
+fi
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 if [ ! -f "$build_dir/build.ninja" ]; then
   # LLMTRAIN_CMAKE_ARGS adds options, e.g. "-DLLMTRAIN_CUDA=OFF -DLLMTRAIN_BUILD_BENCHMARKS=OFF".
   # shellcheck disable=SC2086
   cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" \
-    -DPython3_EXECUTABLE="$py" "${launcher[@]}" ${LLMTRAIN_CMAKE_ARGS:-}
+    -DPython3_EXECUTABLE="$py" "${launcher[@]}" "${extra[@]}" ${LLMTRAIN_CMAKE_ARGS:-}
 fi
 cmake --build "$build_dir"

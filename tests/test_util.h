@@ -27,6 +27,27 @@ inline std::string test_source_dir() {
   return v ? v : LLMTRAIN_TEST_SOURCE_DIR;
 }
 
+/// The shared data folder (GPT-2 BPE files, the State of the Union corpus) from LLMTRAIN_DATA_DIR,
+/// which `make test` sets when ../shared/data exists. Empty when unset; tests then skip, unless
+/// LLMTRAIN_REQUIRE_DATA=1 (CI) turns that into a failure.
+inline std::string test_data_dir() {
+  const char* v = std::getenv("LLMTRAIN_DATA_DIR");
+  return v ? v : "";
+}
+inline bool data_required() {
+  const char* v = std::getenv("LLMTRAIN_REQUIRE_DATA");
+  return v && std::string(v) == "1";
+}
+#define LLMTRAIN_REQUIRE_DATA_DIR(dir)                                                        \
+  const std::string dir = ::llmtrain::testing::test_data_dir();                               \
+  if (dir.empty()) {                                                                          \
+    if (::llmtrain::testing::data_required()) FAIL() << "LLMTRAIN_DATA_DIR is not set";       \
+    GTEST_SKIP() << "LLMTRAIN_DATA_DIR is not set (the shared data folder with gpt2/ and sotu/)"; \
+  }
+
+/// Runs a shell command; returns its exit status (0 on success).
+inline int run_command(const std::string& cmd) { return std::system(cmd.c_str()); }
+
 /// The largest |a - b| as a double.
 inline double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();

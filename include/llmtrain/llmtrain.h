@@ -10,3 +10,5 @@
 #include "llmtrain/ops/cross_entropy.h"
 #include "llmtrain/ops/gelu.h"
 #include "llmtrain/ops/layer_norm.h"
+#include "llmtrain/tokenizer/gpt2_bpe.h"
+#include "llmtrain/tokenizer/tokenizer.h"

@@ -1,0 +1,35 @@
+// The interface every tokenizer of llmtrain implements: text (UTF-8 bytes) to token ids and back.
+// Decoding returns the tokens' raw bytes, so ids that split a UTF-8 character lose nothing: the
+// concatenation of decode() over consecutive pieces equals decode() of the whole.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace llmtrain::tokenizer {
+
+/// Text to ids and back.
+///   auto ids = tok.encode("Hello world");  std::string text = tok.decode(ids);
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  /// Ids for `text` (UTF-8). Special tokens (e.g. "<|endoftext|>") become their ids only when
+  /// `allow_special`; otherwise their text is encoded like any other. Throws llmtrain::Error for
+  /// text that is not valid UTF-8, naming the byte offset.
+  virtual std::vector<int32_t> encode(std::string_view text, bool allow_special = false) const = 0;
+
+  /// The bytes of the tokens, concatenated. Throws llmtrain::Error for an id outside the vocabulary.
+  virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
+
+  /// Number of ids (the largest id + 1).
+  virtual int64_t vocab_size() const = 0;
+
+  /// The end-of-text id that separates documents, if the vocabulary has one.
+  virtual std::optional<int32_t> eot_id() const = 0;
+};
+
+}  // namespace llmtrain::tokenizer

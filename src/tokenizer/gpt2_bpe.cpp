@@ -1,0 +1,318 @@
+// GPT-2 byte-level BPE. Two tables make it fast: every token's bytes -> id (a piece that is a whole
+// token, most English words, needs no merging), and an open-addressing table of mergeable id pairs
+// -> (rank, merged id). Pieces come from GPT-2's pattern through PCRE2's JIT; the text is checked for
+// valid UTF-8 once, so the matcher can skip its own check on every call.
+#include "llmtrain/tokenizer/gpt2_bpe.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <unordered_map>
+
+#include "llmtrain/core/error.h"
+#include "llmtrain/core/fs.h"
+
+namespace llmtrain::tokenizer {
+namespace {
+
+// GPT-2's pattern. \s is spelled out as Unicode's White_Space set (what tiktoken's regex engine
+// means by \s); PCRE2's \s would add U+180E.
+constexpr const char* kPattern =
+    R"('(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\p{L}\p{N}\t-\r \x{85}\x{A0}\x{1680}\x{2000}-\x{200A})"
+    R"(\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}]+|[\t-\r \x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028})"
+    R"(\x{2029}\x{202F}\x{205F}\x{3000}]+(?![^\t-\r \x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029})"
+    R"(\x{202F}\x{205F}\x{3000}])|[\t-\r \x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F})"
+    R"(\x{205F}\x{3000}]+)";
+
+// GPT-2 stores bytes as printable code points: printable Latin-1 bytes stand for themselves, the
+// other 68 bytes for U+0100.. in byte order. Returns code point -> byte (-1 where none).
+std::array<int, 324> unicode_to_byte() {
+  std::array<int, 324> table;
+  table.fill(-1);
+  int extra = 0;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+    table[printable ? b : 256 + extra++] = b;
+  }
+  return table;
+}
+
+// Offset of the first byte that breaks UTF-8 (overlong forms, surrogates and values past U+10FFFF
+// included), or npos when the text is valid.
+size_t invalid_utf8_at(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned c = p[i];
+    if (c < 0x80) { ++i; continue; }
+    int len;
+    unsigned cp;
+    if ((c & 0xE0) == 0xC0) { len = 2; cp = c & 0x1F; }
+    else if ((c & 0xF0) == 0xE0) { len = 3; cp = c & 0x0F; }
+    else if ((c & 0xF8) == 0xF0) { len = 4; cp = c & 0x07; }
+    else return i;
+    if (i + len > n) return i;
+    for (int k = 1; k < len; ++k) {
+      if ((p[i + k] & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (p[i + k] & 0x3F);
+    }
+    const unsigned min_cp[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+    i += len;
+  }
+  return std::string_view::npos;
+}
+
+// Decodes one GPT-2 token string (UTF-8 of byte-standing code points) to its bytes.
+std::string token_bytes(const std::string& token, const std::array<int, 324>& to_byte, const std::string& file) {
+  std::string out;
+  const auto* p = reinterpret_cast<const unsigned char*>(token.data());
+  for (size_t i = 0; i < token.size();) {
+    unsigned cp = p[i];
+    int len = 1;
+    if (cp >= 0xC0 && cp < 0xE0 && i + 1 < token.size()) { cp = ((cp & 0x1F) << 6) | (p[i + 1] & 0x3F); len = 2; }
+    LLMTRAIN_CHECK(cp < to_byte.size() && to_byte[cp] >= 0 && (len == 2 || cp < 0x80 || cp >= 0xA0),
+                   file, ": token \"", token, "\" holds a character that stands for no byte");
+    out.push_back(static_cast<char>(to_byte[cp]));
+    i += len;
+  }
+  return out;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  LLMTRAIN_CHECK(in.good(), "cannot read ", path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Mergeable pairs of ids -> (rank, merged id), open addressing with linear probing.
+class PairTable {
+ public:
+  void build(size_t n) {
+    size_t cap = 1;
+    while (cap < 2 * n + 2) cap <<= 1;
+    slots_.assign(cap, Slot{});
+    mask_ = cap - 1;
+  }
+  void insert(int32_t a, int32_t b, int32_t rank, int32_t merged) {
+    const uint64_t key = pack(a, b);
+    for (size_t i = hash(key);; i = (i + 1) & mask_) {
+      if (slots_[i].rank < 0 || slots_[i].key == key) {
+        slots_[i] = Slot{key, rank, merged};
+        return;
+      }
+    }
+  }
+  // Rank of (a, b), or -1 when the pair does not merge; `merged` gets the new id.
+  int32_t find(int32_t a, int32_t b, int32_t* merged) const {
+    const uint64_t key = pack(a, b);
+    for (size_t i = hash(key);; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (s.rank < 0) return -1;
+      if (s.key == key) {
+        *merged = s.merged;
+        return s.rank;
+      }
+    }
+  }
+
+ private:
+  struct Slot {
+    uint64_t key = 0;
+    int32_t rank = -1;
+    int32_t merged = -1;
+  };
+  static uint64_t pack(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
+  size_t hash(uint64_t key) const { return size_t((key * 0x9E3779B97F4A7C15ull) >> 20) & mask_; }
+  std::vector<Slot> slots_;
+  size_t mask_ = 0;
+};
+
+}  // namespace
+
+struct GPT2BPE::Impl {
+  std::vector<std::string> bytes_of;                     // id -> bytes
+  std::unordered_map<std::string_view, int32_t> id_of;  // bytes -> id (views into bytes_of)
+  std::array<int32_t, 256> byte_id{};                    // single byte -> id
+  PairTable pairs;
+  std::optional<int32_t> eot;
+  pcre2_code* re = nullptr;
+
+  ~Impl() { pcre2_code_free(re); }
+
+  // Appends the ids of one pre-tokenised piece.
+  void encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
+    if (const auto it = id_of.find(piece); it != id_of.end()) {
+      out.push_back(it->second);
+      return;
+    }
+    std::vector<int32_t> parts;
+    parts.reserve(piece.size());
+    for (unsigned char c : piece) parts.push_back(byte_id[c]);
+    while (parts.size() > 1) {
+      int32_t best_rank = std::numeric_limits<int32_t>::max(), best_merged = -1;
+      size_t best = 0;
+      for (size_t i = 0; i + 1 < parts.size(); ++i) {
+        int32_t merged;
+        const int32_t rank = pairs.find(parts[i], parts[i + 1], &merged);
+        if (rank >= 0 && rank < best_rank) {
+          best_rank = rank;
+          best_merged = merged;
+          best = i;
+        }
+      }
+      if (best_merged < 0) break;
+      parts[best] = best_merged;
+      parts.erase(parts.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+    }
+    out.insert(out.end(), parts.begin(), parts.end());
+  }
+
+  // Appends the ids of text with no special tokens in it; `text` is valid UTF-8.
+  void encode_ordinary(std::string_view text, std::vector<int32_t>& out) const {
+    thread_local struct Matcher {
+      pcre2_match_data* data = nullptr;
+      pcre2_jit_stack* stack = nullptr;
+      pcre2_match_context* ctx = nullptr;
+      Matcher() {
+        data = pcre2_match_data_create(1, nullptr);
+        stack = pcre2_jit_stack_create(32 * 1024, 1024 * 1024, nullptr);
+        ctx = pcre2_match_context_create(nullptr);
+        pcre2_jit_stack_assign(ctx, nullptr, stack);
+      }
+      ~Matcher() {
+        pcre2_match_context_free(ctx);
+        pcre2_jit_stack_free(stack);
+        pcre2_match_data_free(data);
+      }
+    } m;
+    const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+    size_t pos = 0;
+    while (pos < text.size()) {
+      const int rc = pcre2_jit_match(re, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, m.data, m.ctx);
+      if (rc == PCRE2_ERROR_NOMATCH) break;  // cannot happen: the last alternatives match any char
+      LLMTRAIN_CHECK(rc > 0, "GPT2BPE: pre-tokenisation failed at byte ", pos, " (PCRE2 error ", rc, ")");
+      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(m.data);
+      encode_piece(text.substr(ov[0], ov[1] - ov[0]), out);
+      pos = ov[1];
+    }
+  }
+};
+
+GPT2BPE::GPT2BPE(const std::string& vocab_json_path, const std::string& merges_path)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& d = *impl_;
+  const auto to_byte = unicode_to_byte();
+
+  nlohmann::json vocab;
+  try {
+    vocab = nlohmann::json::parse(read_file(vocab_json_path));
+  } catch (const nlohmann::json::exception& e) {
+    LLMTRAIN_CHECK(false, vocab_json_path, ": not a JSON object of token -> id (", e.what(), ")");
+  }
+  LLMTRAIN_CHECK(vocab.is_object() && !vocab.empty(), vocab_json_path, ": expected a JSON object of token -> id");
+  d.bytes_of.resize(vocab.size());
+  std::vector<bool> seen(vocab.size(), false);
+  for (const auto& [token, id_json] : vocab.items()) {
+    LLMTRAIN_CHECK(id_json.is_number_integer(), vocab_json_path, ": id of \"", token, "\" is not an integer");
+    const int64_t id = id_json.get<int64_t>();
+    LLMTRAIN_CHECK(id >= 0 && id < int64_t(vocab.size()) && !seen[id], vocab_json_path, ": id ", id, " of \"",
+                   token, "\" is repeated or outside [0, ", vocab.size(), ")");
+    seen[id] = true;
+    d.bytes_of[id] = token == kEndOfText ? token : token_bytes(token, to_byte, vocab_json_path);
+    if (token == kEndOfText) d.eot = static_cast<int32_t>(id);
+  }
+  for (int32_t id = 0; id < int32_t(d.bytes_of.size()); ++id) {
+    if (d.eot && id == *d.eot) continue;  // special: never produced by merging ordinary text
+    d.id_of.emplace(d.bytes_of[id], id);
+  }
+  for (int b = 0; b < 256; ++b) {
+    const auto it = d.id_of.find(std::string_view(reinterpret_cast<const char*>(&b), 1));
+    LLMTRAIN_CHECK(it != d.id_of.end(), vocab_json_path, ": no token for byte ", b);
+    d.byte_id[b] = it->second;
+  }
+
+  std::istringstream merges(read_file(merges_path));
+  std::string line;
+  std::vector<std::array<int32_t, 3>> rules;  // (left, right, merged)
+  for (int64_t line_no = 1; std::getline(merges, line); ++line_no) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || (line_no == 1 && line.rfind("#version", 0) == 0)) continue;
+    const size_t space = line.find(' ');
+    LLMTRAIN_CHECK(space != std::string::npos && line.find(' ', space + 1) == std::string::npos, merges_path,
+                   ":", line_no, ": expected two tokens separated by one space, got \"", line, "\"");
+    const std::string left = token_bytes(line.substr(0, space), to_byte, merges_path);
+    const std::string right = token_bytes(line.substr(space + 1), to_byte, merges_path);
+    const auto l = d.id_of.find(left), r = d.id_of.find(right), m = d.id_of.find(left + right);
+    LLMTRAIN_CHECK(l != d.id_of.end() && r != d.id_of.end() && m != d.id_of.end(), merges_path, ":", line_no,
+                   ": merge \"", line, "\" uses or makes a token missing from ", vocab_json_path);
+    rules.push_back({l->second, r->second, m->second});
+  }
+  LLMTRAIN_CHECK(!rules.empty(), merges_path, ": no merges");
+  d.pairs.build(rules.size());
+  // The first rule for a pair wins, as in GPT-2's encoder (rank = line order).
+  for (size_t i = rules.size(); i-- > 0;) d.pairs.insert(rules[i][0], rules[i][1], int32_t(i), rules[i][2]);
+
+  int err = 0;
+  PCRE2_SIZE err_off = 0;
+  d.re = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kPattern), PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err,
+                       &err_off, nullptr);
+  LLMTRAIN_CHECK(d.re != nullptr, "GPT2BPE: the pre-tokenisation pattern failed to compile at ", err_off);
+  LLMTRAIN_CHECK(pcre2_jit_compile(d.re, PCRE2_JIT_COMPLETE) == 0, "GPT2BPE: PCRE2 has no JIT on this machine");
+}
+
+GPT2BPE::~GPT2BPE() = default;
+
+std::unique_ptr<GPT2BPE> GPT2BPE::from_dir(const std::string& dir) {
+  if (fs::exists(dir + "/encoder.json") && fs::exists(dir + "/vocab.bpe"))
+    return std::make_unique<GPT2BPE>(dir + "/encoder.json", dir + "/vocab.bpe");
+  if (fs::exists(dir + "/vocab.json") && fs::exists(dir + "/merges.txt"))
+    return std::make_unique<GPT2BPE>(dir + "/vocab.json", dir + "/merges.txt");
+  LLMTRAIN_CHECK(false, "GPT-2 tokenizer: ", dir,
+                 " holds neither encoder.json + vocab.bpe (OpenAI) nor vocab.json + merges.txt (Hugging Face)");
+  return nullptr;
+}
+
+std::vector<int32_t> GPT2BPE::encode(std::string_view text, bool allow_special) const {
+  const size_t bad = invalid_utf8_at(text);
+  LLMTRAIN_CHECK(bad == std::string_view::npos, "GPT2BPE::encode: text is not valid UTF-8 at byte ", bad);
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 4 + 1);
+  if (!allow_special || !impl_->eot) {
+    impl_->encode_ordinary(text, out);
+    return out;
+  }
+  const std::string_view eot(kEndOfText);
+  for (size_t start = 0;;) {
+    const size_t at = text.find(eot, start);
+    impl_->encode_ordinary(text.substr(start, at == std::string_view::npos ? at : at - start), out);
+    if (at == std::string_view::npos) break;
+    out.push_back(*impl_->eot);
+    start = at + eot.size();
+  }
+  return out;
+}
+
+std::string GPT2BPE::decode(const std::vector<int32_t>& ids) const {
+  std::string out;
+  for (const int32_t id : ids) {
+    LLMTRAIN_CHECK(id >= 0 && id < int32_t(impl_->bytes_of.size()), "GPT2BPE::decode: id ", id,
+                   " is outside the vocabulary [0, ", impl_->bytes_of.size(), ")");
+    out += impl_->bytes_of[id];
+  }
+  return out;
+}
+
+int64_t GPT2BPE::vocab_size() const { return int64_t(impl_->bytes_of.size()); }
+
+std::optional<int32_t> GPT2BPE::eot_id() const { return impl_->eot; }
+
+}  // namespace llmtrain::tokenizer

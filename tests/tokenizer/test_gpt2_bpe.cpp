@@ -1,0 +1,172 @@
+// GPT-2 BPE against tiktoken's "gpt2" encoding (run offline by tests/python/tiktoken_ids.py) on hard
+// strings and the whole State of the Union corpus, plus specials, decoding and bad input.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <dirent.h>
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "llmtrain/core/error.h"
+#include "llmtrain/core/fs.h"
+#include "llmtrain/tokenizer/gpt2_bpe.h"
+#include "test_util.h"
+
+using llmtrain::tokenizer::GPT2BPE;
+using ::testing::HasSubstr;
+namespace lt = llmtrain::testing;
+
+namespace {
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// tiktoken's ids for each text, from the Python peer.
+std::vector<std::vector<int32_t>> tiktoken_ids(const std::string& data_dir, const std::vector<std::string>& texts) {
+  const std::string dir = llmtrain::fs::make_temp_dir("llmtrain_tok_");
+  std::ofstream(dir + "/in.json") << nlohmann::json(texts).dump();
+  const std::string cmd = "'" + lt::test_python() + "' '" + lt::test_source_dir() + "/tests/python/tiktoken_ids.py' '" +
+                          data_dir + "/gpt2' '" + dir + "/in.json' '" + dir + "/out.json'";
+  EXPECT_EQ(lt::run_command(cmd), 0) << cmd;
+  auto ids = nlohmann::json::parse(read_all(dir + "/out.json")).get<std::vector<std::vector<int32_t>>>();
+  llmtrain::fs::remove_tree(dir);
+  return ids;
+}
+
+const std::vector<std::string> kHardStrings = {
+    "Hello world", "  leading and trailing  ", "emoji 😀👍🏽 family 👨‍👩‍👧", "中文字符测试，还有标点。",
+    "العربية نص مع أرقام ١٢٣", "e\u0301 combining n\u0303 a\u0308\u0304", "tabs\t\tand\nnewlines\r\n\r\nCRLF\r",
+    "I'M HERE, YOU'RE THERE, THEY'LL GO, WE'VE DONE, HE'D, IT'S", "numbers 1234567890 3.14159 -42 1e10 ½ Ⅻ",
+    "def f(x):\n    return x**2  # code\n\tif (a && b) { c[i] = d->e; }", "     \n\n   ",
+    "\u00a0nbsp\u180emongolian\u2003em\u3000ideo\u2028line\u0085nel", "a'b's't' 'll'", "<|endoftext|> in text",
+    std::string(1000, 'x'), std::string(100, ' ') + "y", std::string("\x01\x02 control \x7f", 13), "ΑΒΓ Ελληνικά",
+    "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𝟙𝟚𝟛", "'s 'S 'll 'LL", "", " ", "\n", "日本語のテキストとカタカナ", "한국어 텍스트"};
+
+}  // namespace
+
+TEST(GPT2BPE, MatchesTiktokenOnHardStrings) {
+  LLMTRAIN_REQUIRE_DATA_DIR(data);
+  const auto tok = GPT2BPE::from_dir(data + "/gpt2");
+  const auto expected = tiktoken_ids(data, kHardStrings);
+  ASSERT_EQ(expected.size(), kHardStrings.size());
+  for (size_t i = 0; i < kHardStrings.size(); ++i) {
+    const auto ids = tok->encode(kHardStrings[i]);
+    EXPECT_EQ(ids, expected[i]) << "text #" << i << ": " << kHardStrings[i].substr(0, 40);
+    EXPECT_EQ(tok->decode(ids), kHardStrings[i]) << "text #" << i;
+  }
+}
+
+TEST(GPT2BPE, MatchesTiktokenOnTheWholeCorpus) {
+  LLMTRAIN_REQUIRE_DATA_DIR(data);
+  const auto tok = GPT2BPE::from_dir(data + "/gpt2");
+  std::vector<std::string> names;
+  DIR* d = ::opendir((data + "/sotu").c_str());
+  ASSERT_NE(d, nullptr) << data << "/sotu";
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.size() > 4 && name.substr(name.size() - 4) == ".txt") names.push_back(name);
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  ASSERT_EQ(names.size(), 233u);
+  std::vector<std::string> texts;
+  for (const auto& n : names) texts.push_back(read_all(data + "/sotu/" + n));
+  const auto expected = tiktoken_ids(data, texts);
+  int64_t tokens = 0;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const auto ids = tok->encode(texts[i]);
+    ASSERT_EQ(ids, expected[i]) << names[i];
+    tokens += int64_t(ids.size());
+  }
+  EXPECT_GT(tokens, 2000000);
+}
+
+TEST(GPT2BPE, EndOfTextIsSpecialOnlyWhenAllowed) {
+  LLMTRAIN_REQUIRE_DATA_DIR(data);
+  const auto tok = GPT2BPE::from_dir(data + "/gpt2");
+  EXPECT_EQ(tok->vocab_size(), 50257);
+  ASSERT_EQ(tok->eot_id(), 50256);
+  const std::string text = "one<|endoftext|>two<|endoftext|>";
+  const auto special = tok->encode(text, /*allow_special=*/true);
+  EXPECT_EQ(std::count(special.begin(), special.end(), 50256), 2);
+  EXPECT_EQ(special.back(), 50256);
+  const auto plain = tok->encode(text);
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), 50256), 0);
+  EXPECT_EQ(tok->decode(plain), text);
+  EXPECT_EQ(tok->decode(special), text);
+}
+
+TEST(GPT2BPE, DecodingSplitCharactersLosesNoBytes) {
+  LLMTRAIN_REQUIRE_DATA_DIR(data);
+  const auto tok = GPT2BPE::from_dir(data + "/gpt2");
+  const std::string text = "😀 中";
+  const auto ids = tok->encode(text);
+  ASSERT_GT(ids.size(), 3u);  // the emoji alone spans several byte tokens
+  std::string joined;
+  for (int32_t id : ids) joined += tok->decode({id});  // each piece may be half a character
+  EXPECT_EQ(joined, text);
+}
+
+TEST(GPT2BPE, LoadsHuggingFaceFiles) {
+  LLMTRAIN_REQUIRE_DATA_DIR(data);
+  const std::string dir = llmtrain::fs::make_temp_dir("llmtrain_hf_tok_");
+  std::ofstream(dir + "/vocab.json") << read_all(data + "/gpt2/encoder.json");
+  std::ofstream(dir + "/merges.txt") << read_all(data + "/gpt2/vocab.bpe");
+  const auto hf = GPT2BPE::from_dir(dir), openai = GPT2BPE::from_dir(data + "/gpt2");
+  llmtrain::fs::remove_tree(dir);
+  const std::string text = "Hugging Face and OpenAI files hold the same 50,257 tokens.";
+  EXPECT_EQ(hf->encode(text), openai->encode(text));
+}
+
+TEST(GPT2BPE, BadInputNamesTheProblem) {
+  LLMTRAIN_REQUIRE_DATA_DIR(data);
+  const auto tok = GPT2BPE::from_dir(data + "/gpt2");
+  try {
+    tok->encode(std::string("ok \xff\xfe", 5));
+    FAIL() << "expected llmtrain::Error";
+  } catch (const llmtrain::Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("not valid UTF-8 at byte 3"));
+  }
+  EXPECT_THROW(tok->encode("\xed\xa0\x80"), llmtrain::Error);  // a UTF-16 surrogate
+  EXPECT_THROW(tok->encode("\xc0\xaf"), llmtrain::Error);      // overlong '/'
+  try {
+    tok->decode({15496, 50257});
+    FAIL() << "expected llmtrain::Error";
+  } catch (const llmtrain::Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("id 50257"));
+  }
+
+  const std::string dir = llmtrain::fs::make_temp_dir("llmtrain_bad_tok_");
+  try {
+    GPT2BPE::from_dir(dir);
+    FAIL() << "expected llmtrain::Error";
+  } catch (const llmtrain::Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("encoder.json + vocab.bpe"));
+    EXPECT_THAT(e.what(), HasSubstr("vocab.json + merges.txt"));
+  }
+  const auto expect_load_error = [&](const std::string& part) {
+    try {
+      GPT2BPE::from_dir(dir);
+      ADD_FAILURE() << "expected llmtrain::Error with " << part;
+    } catch (const llmtrain::Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr(part));
+    }
+  };
+  std::ofstream(dir + "/vocab.json") << R"({"a": 0, "b": 1, "ab": 2})";
+  std::ofstream(dir + "/merges.txt") << "#version: 0.2\na b\n";
+  expect_load_error("vocab.json: no token for byte 0");
+  std::ofstream(dir + "/vocab.json") << read_all(data + "/gpt2/encoder.json");
+  std::ofstream(dir + "/merges.txt") << "#version: 0.2\n\u0120 t\nx qqqqqqqqqqqq\n";
+  expect_load_error("merges.txt:3: merge \"x qqqqqqqqqqqq\" uses or makes a token missing");
+  std::ofstream(dir + "/merges.txt") << "#version: 0.2\na b c\n";
+  expect_load_error("merges.txt:2: expected two tokens");
+  std::ofstream(dir + "/vocab.json") << R"({"a": 0, "b": )";
+  EXPECT_THROW(GPT2BPE::from_dir(dir), llmtrain::Error);
+  llmtrain::fs::remove_tree(dir);
+}
