@@ -1,0 +1,99 @@
+// bench_tokenizer: GPT-2 BPE encoding speed of llmtrain against tiktoken (its Rust core, through
+// Python), both single-threaded, on the same text in the same run. The text is the State of the
+// Union corpus, all speeches joined in file order.
+//   build/bin/bench_tokenizer --data ../shared/data [--repeat 5]
+#include <CLI/CLI.hpp>
+#include <dirent.h>
+#include <llmtrain/llmtrain.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace {
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string corpus(const std::string& sotu_dir) {
+  std::vector<std::string> names;
+  DIR* d = ::opendir(sotu_dir.c_str());
+  LLMTRAIN_CHECK(d != nullptr, "bench_tokenizer: cannot open ", sotu_dir);
+  while (const dirent* e = ::readdir(d)) {
+    const std::string n = e->d_name;
+    if (n.size() > 4 && n.substr(n.size() - 4) == ".txt") names.push_back(n);
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  std::string text;
+  for (const auto& n : names) text += read_all(sotu_dir + "/" + n);
+  return text;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"GPT-2 BPE encoding speed: llmtrain against tiktoken, single-threaded"};
+  const char* env = std::getenv("LLMTRAIN_DATA_DIR");
+  std::string data = env ? env : "", python = LLMTRAIN_PYTHON;
+  int repeat = 5;
+  app.add_option("--data", data, "folder with gpt2/ and sotu/ (default: $LLMTRAIN_DATA_DIR)");
+  app.add_option("--python", python, "Python with tiktoken (default: the one CMake found)")->capture_default_str();
+  app.add_option("--repeat", repeat, "runs of each; the best counts")->capture_default_str()->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
+  try {
+    LLMTRAIN_CHECK(!data.empty(), "bench_tokenizer: pass --data or set LLMTRAIN_DATA_DIR");
+    const auto tok = llmtrain::tokenizer::GPT2BPE::from_dir(data + "/gpt2");
+    const std::string text = corpus(data + "/sotu");
+    const double mb = text.size() / 1e6;
+
+    std::vector<int32_t> ids;
+    double ours = 1e30;
+    for (int i = 0; i < repeat; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      ids = tok->encode(text);
+      ours = std::min(ours, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    uint64_t checksum = 0;
+    for (size_t i = 0; i < ids.size(); ++i) checksum = (checksum + (i + 1) * uint64_t(ids[i])) % (1ull << 61);
+
+    const std::string tmp = llmtrain::fs::make_temp_dir("llmtrain_bench_tok_");
+    std::ofstream(tmp + "/corpus.txt", std::ios::binary) << text;
+    const std::string script = std::string(LLMTRAIN_SOURCE_DIR) + "/benchmarks/tiktoken_speed.py";
+    const std::string cmd = "'" + python + "' '" + script + "' '" + data + "/gpt2' '" + tmp + "/corpus.txt' " +
+                            std::to_string(repeat);
+    FILE* pipe = ::popen(cmd.c_str(), "r");
+    LLMTRAIN_CHECK(pipe != nullptr, "bench_tokenizer: cannot run ", cmd);
+    std::string out;
+    char buf[4096];
+    while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
+    const int status = ::pclose(pipe);
+    llmtrain::fs::remove_tree(tmp);
+    LLMTRAIN_CHECK(status == 0, "bench_tokenizer: the tiktoken baseline failed: ", cmd);
+    const auto peer = nlohmann::json::parse(out);
+    const double theirs = peer["seconds"].get<double>();
+    const bool equal = peer["tokens"].get<size_t>() == ids.size() && peer["checksum"].get<uint64_t>() == checksum;
+
+    std::printf("GPT-2 BPE, %.1f MB of text, %zu tokens, best of %d, one thread\n", mb, ids.size(), repeat);
+    std::printf("%-10s %10s %10s\n", "encoder", "seconds", "MB/s");
+    std::printf("%-10s %10.3f %10.2f\n", "llmtrain", ours, mb / ours);
+    std::printf("%-10s %10.3f %10.2f\n", "tiktoken", theirs, mb / theirs);
+    std::printf("speed-up %.2fx, ids %s\n", theirs / ours, equal ? "identical" : "DIFFERENT");
+    std::printf("%s\n", nlohmann::json{{"bench", "tokenizer"}, {"mb", mb}, {"tokens", ids.size()},
+                                       {"llmtrain_mb_s", mb / ours}, {"tiktoken_mb_s", mb / theirs},
+                                       {"speedup", theirs / ours}, {"ids_identical", equal}}
+                            .dump()
+                            .c_str());
+    return equal ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_tokenizer: %s\n", e.what());
+    return 1;
+  }
+}
