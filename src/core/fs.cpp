@@ -1,5 +1,6 @@
 #include "llmtrain/core/fs.h"
 
+#include <fcntl.h>
 #include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -52,6 +53,39 @@ void remove_tree(const std::string& path) {
   // FTW_DEPTH visits children before their directory; FTW_PHYS removes links, not their targets.
   LLMTRAIN_CHECK(::nftw(path.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS) == 0, "cannot remove ", path,
                  ": ", std::strerror(errno));
+}
+
+void write_file_atomic(const std::string& path, std::string_view bytes) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  LLMTRAIN_CHECK(fd >= 0, "cannot write ", tmp, ": ", std::strerror(errno));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      LLMTRAIN_CHECK(false, "cannot write ", tmp, ": ", std::strerror(err));
+    }
+    done += size_t(n);
+  }
+  const bool synced = ::fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!synced || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = synced ? errno : err;
+    ::unlink(tmp.c_str());
+    LLMTRAIN_CHECK(false, "cannot write ", path, ": ", std::strerror(e));
+  }
+  // The rename itself is durable once the directory is flushed.
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  if (const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
 }
 
 }  // namespace llmtrain::fs

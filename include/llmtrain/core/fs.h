@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 namespace llmtrain::fs {
 
@@ -22,5 +23,10 @@ std::string make_temp_dir(const std::string& prefix);
 /// Removes `path` and everything under it, without following links; a missing path is fine.
 /// Throws llmtrain::Error naming the entry that could not be removed.
 void remove_tree(const std::string& path);
+
+/// Writes `bytes` to `path` so that a crash never leaves a half file under that name: the bytes go to
+/// a temporary file beside it, are flushed to disk, and the file is renamed over `path`.
+///   llmtrain::fs::write_file_atomic(dir + "/train_000000.bin", header_and_tokens);
+void write_file_atomic(const std::string& path, std::string_view bytes);
 
 }  // namespace llmtrain::fs
