@@ -12,4 +12,5 @@
 #include "llmtrain/ops/gelu.h"
 #include "llmtrain/ops/layer_norm.h"
 #include "llmtrain/tokenizer/gpt2_bpe.h"
+#include "llmtrain/tokenizer/sentencepiece.h"
 #include "llmtrain/tokenizer/tokenizer.h"

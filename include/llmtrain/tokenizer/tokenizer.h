@@ -1,9 +1,11 @@
 // The interface every tokenizer of llmtrain implements: text (UTF-8 bytes) to token ids and back.
 // Decoding returns the tokens' raw bytes, so ids that split a UTF-8 character lose nothing: the
-// concatenation of decode() over consecutive pieces equals decode() of the whole.
+// concatenation of decode() over consecutive pieces equals decode() of the whole (SentencePiece models
+// drop their dummy-prefix space at the start of each call, as SentencePiece does).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -31,5 +33,12 @@ class Tokenizer {
   /// The end-of-text id that separates documents, if the vocabulary has one.
   virtual std::optional<int32_t> eot_id() const = 0;
 };
+
+/// Loads a tokenizer by kind: "gpt2" reads a GPT-2 BPE folder (encoder.json + vocab.bpe or vocab.json +
+/// merges.txt; an empty `path` means $LLMTRAIN_GPT2_DIR, else $LLMTRAIN_DATA_DIR/gpt2);
+/// "sentencepiece" reads a SentencePiece .model file. Throws llmtrain::Error for other kinds and for
+/// missing files, naming what was looked for.
+///   auto tok = llmtrain::tokenizer::load_tokenizer("gpt2", "../shared/data/gpt2");
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& kind, const std::string& path);
 
 }  // namespace llmtrain::tokenizer

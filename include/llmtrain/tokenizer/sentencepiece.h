@@ -1,0 +1,51 @@
+// SentencePiece models (Llama/Mistral-style tokenizer.model files, or ones trained here) behind the
+// Tokenizer interface. Decoding is done piece by piece to raw bytes (byte-fallback pieces become their
+// byte), so split UTF-8 characters survive; the model's dummy-prefix space is removed once at the
+// start of the text, as SentencePiece itself does.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "llmtrain/tokenizer/tokenizer.h"
+
+namespace llmtrain::tokenizer {
+
+/// A SentencePiece model behind the Tokenizer interface.
+///   llmtrain::tokenizer::SentencePiece sp("tokenizer.model");  auto ids = sp.encode("Hello");
+class SentencePiece final : public Tokenizer {
+ public:
+  /// Throws llmtrain::Error naming the file when it is missing or not a SentencePiece model.
+  explicit SentencePiece(const std::string& model_path);
+  ~SentencePiece() override;
+
+  /// With `allow_special`, the end-of-sequence piece's text (e.g. "</s>") becomes its id.
+  std::vector<int32_t> encode(std::string_view text, bool allow_special = false) const override;
+  std::string decode(const std::vector<int32_t>& ids) const override;
+  int64_t vocab_size() const override;
+  /// The end-of-sequence id (e.g. </s> = 2 for Llama), if the model has one.
+  std::optional<int32_t> eot_id() const override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// What train_sentencepiece builds.
+struct SentencePieceTrainOptions {
+  std::vector<std::string> inputs;   // text files, one sentence or paragraph a line
+  std::string model_prefix;          // writes <prefix>.model and <prefix>.vocab
+  std::string model_type = "bpe";    // "bpe" or "unigram"
+  int64_t vocab_size = 8000;
+  double character_coverage = 0.9995;
+  bool byte_fallback = true;         // unknown characters become byte pieces, never <unk>
+  int64_t max_sentences = 0;         // 0: every line; else a random sample of this many
+  int64_t max_line_bytes = 1 << 16;  // longer lines are skipped (SentencePiece's own default: 4192)
+};
+
+/// Trains a new SentencePiece model. Throws llmtrain::Error naming the option or file at fault.
+///   llmtrain::tokenizer::train_sentencepiece({.inputs = {"corpus.txt"}, .model_prefix = "out/sp"});
+void train_sentencepiece(const SentencePieceTrainOptions& options);
+
+}  // namespace llmtrain::tokenizer

@@ -1,0 +1,120 @@
+// SentencePiece inside a process that links LibTorch: training BPE and unigram models, loading them
+// behind the Tokenizer interface, round trips, specials, byte fallback and bad input.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <random>
+
+#include "llmtrain/core/error.h"
+#include "llmtrain/core/fs.h"
+#include "llmtrain/tokenizer/sentencepiece.h"
+#include "llmtrain/tokenizer/tokenizer.h"
+
+using llmtrain::tokenizer::SentencePiece;
+using llmtrain::tokenizer::train_sentencepiece;
+using ::testing::HasSubstr;
+
+namespace {
+
+// A corpus of made-up sentences over a small vocabulary, with a few accented and CJK words.
+std::string make_corpus(unsigned seed, int lines) {
+  const std::vector<std::string> words = {"the", "model", "learns", "tokens", "from", "text", "and", "data",
+                                          "training", "runs", "fast", "on", "a", "GPU", "café", "naïve",
+                                          "数据", "模型", "loss", "falls", "step", "by", "steps", "again"};
+  std::mt19937 rng(seed);
+  std::string out;
+  for (int l = 0; l < lines; ++l) {
+    const int n = 4 + int(rng() % 9);
+    for (int i = 0; i < n; ++i) out += (i ? " " : "") + words[rng() % words.size()];
+    out += ".\n";
+  }
+  return out;
+}
+
+struct Trained {
+  std::string dir = llmtrain::fs::make_temp_dir("llmtrain_sp_");
+  std::string model;
+  explicit Trained(const std::string& type) {
+    std::ofstream(dir + "/corpus.txt") << make_corpus(7, 3000);
+    llmtrain::tokenizer::SentencePieceTrainOptions o;
+    o.inputs = {dir + "/corpus.txt"};
+    o.model_prefix = dir + "/sp";
+    o.model_type = type;
+    o.vocab_size = 330;  // byte fallback takes 256 ids; the corpus supports ~340
+    train_sentencepiece(o);
+    model = dir + "/sp.model";
+  }
+  ~Trained() { llmtrain::fs::remove_tree(dir); }
+};
+
+}  // namespace
+
+TEST(SentencePiece, TrainsBpeAndUnigramAndRoundTrips) {
+  for (const char* type : {"bpe", "unigram"}) {
+    Trained t(type);
+    ASSERT_TRUE(llmtrain::fs::exists(t.model)) << type;
+    const auto tok = llmtrain::tokenizer::load_tokenizer("sentencepiece", t.model);
+    EXPECT_EQ(tok->vocab_size(), 330) << type;
+    const std::string text = "the model learns from data again. café 数据 step";
+    const auto ids = tok->encode(text);
+    EXPECT_LT(tok->encode("the data the model").size(), 18u) << type << ": fewer pieces than characters";
+    EXPECT_EQ(tok->decode(ids), text) << type;
+  }
+}
+
+TEST(SentencePiece, UnseenCharactersFallBackToBytesAndSurviveSplitDecoding) {
+  Trained t("bpe");
+  const SentencePiece tok(t.model);
+  const std::string text = "GPU 😀 Ω";  // none of these characters is in the training text
+  const auto ids = tok.encode(text);
+  EXPECT_EQ(tok.decode(ids), text);
+  // The emoji is four byte pieces; decoded one by one they rejoin to its exact bytes.
+  std::string emoji;
+  int byte_pieces = 0;
+  for (const int32_t id : ids) {
+    const std::string piece = tok.decode({id});
+    if (piece.size() == 1 && (static_cast<unsigned char>(piece[0]) & 0x80)) {
+      emoji += piece;
+      ++byte_pieces;
+    }
+  }
+  EXPECT_EQ(byte_pieces, 4 + 2);  // 😀 and Ω
+  EXPECT_EQ(emoji, "😀Ω");
+}
+
+TEST(SentencePiece, EndOfSequenceIsSpecialOnlyWhenAllowed) {
+  Trained t("unigram");
+  const SentencePiece tok(t.model);
+  ASSERT_TRUE(tok.eot_id().has_value());
+  const int32_t eos = *tok.eot_id();
+  const auto special = tok.encode("data</s>model", true);
+  EXPECT_EQ(std::count(special.begin(), special.end(), eos), 1);
+  const auto plain = tok.encode("data</s>model");
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), eos), 0);
+}
+
+TEST(SentencePiece, BadInputNamesTheProblem) {
+  const std::string dir = llmtrain::fs::make_temp_dir("llmtrain_sp_bad_");
+  const auto expect_error = [](auto&& body, const std::string& part) {
+    try {
+      body();
+      ADD_FAILURE() << "expected llmtrain::Error with " << part;
+    } catch (const llmtrain::Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr(part));
+    }
+  };
+  expect_error([&] { SentencePiece s(dir + "/missing.model"); }, dir + "/missing.model does not exist");
+  std::ofstream(dir + "/junk.model") << "not a model";
+  expect_error([&] { SentencePiece s(dir + "/junk.model"); }, dir + "/junk.model could not be loaded");
+  llmtrain::tokenizer::SentencePieceTrainOptions o;
+  o.inputs = {dir + "/none.txt"};
+  o.model_prefix = dir + "/x";
+  expect_error([&] { train_sentencepiece(o); }, "input " + dir + "/none.txt does not exist");
+  std::ofstream(dir + "/c.txt") << make_corpus(1, 50);
+  o.inputs = {dir + "/c.txt"};
+  o.model_type = "wordpiece";
+  expect_error([&] { train_sentencepiece(o); }, "model_type \"wordpiece\"");
+  expect_error([&] { llmtrain::tokenizer::load_tokenizer("bert", ""); }, "unknown tokenizer \"bert\"");
+  llmtrain::fs::remove_tree(dir);
+}
