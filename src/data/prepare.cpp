@@ -1,0 +1,261 @@
+// Documents are read in batches of about 64 MB of text; a batch is tokenized by a pool of threads
+// (each takes the next document) and appended in input order, so the shards do not depend on the
+// number of threads.
+#include "llmtrain/data/prepare.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "llmtrain/core/error.h"
+#include "llmtrain/core/fs.h"
+#include "llmtrain/data/shard.h"
+
+namespace llmtrain::data {
+namespace {
+
+constexpr int64_t kBatchBytes = 64 << 20;
+
+struct Document {
+  std::string text;
+  std::string where;  // "file" or "file:line", for errors
+  bool val = false;
+};
+
+bool is_dir(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+std::string real_path(const std::string& path) {
+  char buf[PATH_MAX];
+  LLMTRAIN_CHECK(::realpath(path.c_str(), buf) != nullptr, "prepare_data: input ", path, " does not exist");
+  return buf;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Files under `path` (itself if a file), sorted, hidden entries skipped.
+void list_files(const std::string& path, std::vector<std::string>& out) {
+  if (!is_dir(path)) {
+    out.push_back(real_path(path));
+    return;
+  }
+  DIR* d = ::opendir(path.c_str());
+  LLMTRAIN_CHECK(d != nullptr, "prepare_data: cannot read folder ", path);
+  std::vector<std::string> names;
+  while (const dirent* e = ::readdir(d))
+    if (e->d_name[0] != '.') names.push_back(e->d_name);
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  for (const auto& n : names) list_files(path + "/" + n, out);
+}
+
+// Streams the documents of each file in order; calls `emit` for each.
+class DocumentReader {
+ public:
+  DocumentReader(const PrepareOptions& o, PrepareSummary& summary) : o_(o), summary_(summary) {
+    std::set<std::string> val;
+    for (const auto& v : o.val_files) {
+      std::vector<std::string> files;
+      list_files(v, files);
+      val.insert(files.begin(), files.end());
+    }
+    std::set<std::string> seen;
+    for (const auto& in : o.inputs) {
+      std::vector<std::string> files;
+      list_files(in, files);
+      for (const auto& f : files)
+        if (seen.insert(f).second) files_.push_back({f, val.count(f) > 0});
+    }
+    for (const auto& v : val)  // val files not among the inputs still count
+      if (seen.insert(v).second) files_.push_back({v, true});
+    for (const auto& f : files_) {
+      struct stat st;
+      LLMTRAIN_CHECK(::stat(f.first.c_str(), &st) == 0, "prepare_data: cannot read ", f.first);
+      total_bytes_ += st.st_size;
+    }
+  }
+
+  int64_t total_bytes() const { return total_bytes_; }
+
+  // Fills `batch` with up to kBatchBytes of documents; false when every file is done.
+  bool next(std::vector<Document>& batch) {
+    batch.clear();
+    int64_t bytes = 0;
+    while (bytes < kBatchBytes && file_ < files_.size()) {
+      const auto& [path, val] = files_[file_];
+      if (!ends_with(path, ".jsonl")) {
+        std::ifstream in(path, std::ios::binary);
+        LLMTRAIN_CHECK(in.good(), "prepare_data: cannot read ", path);
+        std::ostringstream s;
+        s << in.rdbuf();
+        bytes += int64_t(s.str().size());
+        batch.push_back({s.str(), path, val});
+        ++file_;
+        continue;
+      }
+      if (!jsonl_.is_open()) {
+        jsonl_.open(path, std::ios::binary);
+        LLMTRAIN_CHECK(jsonl_.good(), "prepare_data: cannot read ", path);
+        line_no_ = 0;
+      }
+      std::string line;
+      while (bytes < kBatchBytes && std::getline(jsonl_, line)) {
+        ++line_no_;
+        bytes += int64_t(line.size()) + 1;
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+        const std::string where = path + ":" + std::to_string(line_no_);
+        std::string error;
+        try {
+          const auto j = nlohmann::json::parse(line);
+          if (!j.is_object() || !j.contains(o_.text_field) || !j[o_.text_field].is_string())
+            error = "expected an object with a string field \"" + o_.text_field + "\"";
+          else
+            batch.push_back({j[o_.text_field].get<std::string>(), where, val});
+        } catch (const nlohmann::json::exception& e) {
+          error = std::string("not JSON (") + e.what() + ")";
+        }
+        if (!error.empty()) {
+          LLMTRAIN_CHECK(o_.skip_bad_lines, "prepare_data: ", where, ": ", error, " (--skip-bad-lines skips such lines)");
+          ++summary_.skipped_lines;
+        }
+      }
+      if (!jsonl_.good()) {  // this file is done
+        jsonl_.close();
+        ++file_;
+      }
+    }
+    done_bytes_ += bytes;
+    return !batch.empty() || file_ < files_.size();
+  }
+
+  int64_t done_bytes() const { return std::min(done_bytes_, total_bytes_); }
+
+ private:
+  const PrepareOptions& o_;
+  PrepareSummary& summary_;
+  std::vector<std::pair<std::string, bool>> files_;  // (path, goes to val)
+  size_t file_ = 0;
+  std::ifstream jsonl_;
+  int64_t line_no_ = 0;
+  int64_t total_bytes_ = 0, done_bytes_ = 0;
+};
+
+// Buffers one split's tokens and writes a shard whenever shard_tokens are there.
+class ShardSink {
+ public:
+  ShardSink(std::string prefix, int64_t shard_tokens, int64_t vocab)
+      : prefix_(std::move(prefix)), shard_tokens_(shard_tokens), vocab_(vocab) {}
+  void add(const std::vector<int32_t>& ids) {
+    for (size_t at = 0; at < ids.size();) {
+      const size_t take = std::min(ids.size() - at, size_t(shard_tokens_) - buf_.size());
+      buf_.insert(buf_.end(), ids.begin() + at, ids.begin() + at + take);
+      at += take;
+      if (int64_t(buf_.size()) == shard_tokens_) flush();
+    }
+    tokens_ += int64_t(ids.size());
+  }
+  void flush() {
+    if (buf_.empty()) return;
+    char name[32];
+    std::snprintf(name, sizeof name, "_%06lld.bin", static_cast<long long>(shards_++));
+    write_shard(prefix_ + name, buf_, vocab_);
+    buf_.clear();
+  }
+  int64_t tokens() const { return tokens_; }
+  int64_t shards() const { return shards_; }
+
+ private:
+  std::string prefix_;
+  int64_t shard_tokens_, vocab_;
+  std::vector<int32_t> buf_;
+  int64_t tokens_ = 0, shards_ = 0;
+};
+
+// splitmix64: a seeded, order-independent coin per document.
+double unit_hash(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  return double(x >> 11) / double(1ull << 53);
+}
+
+}  // namespace
+
+PrepareSummary prepare_shards(const tokenizer::Tokenizer& tok, const PrepareOptions& o) {
+  const auto start = std::chrono::steady_clock::now();
+  LLMTRAIN_CHECK(!o.inputs.empty() || !o.val_files.empty(), "prepare_data: no inputs");
+  LLMTRAIN_CHECK(!o.out_dir.empty(), "prepare_data: no output folder");
+  LLMTRAIN_CHECK(o.val_fraction >= 0.0 && o.val_fraction < 1.0, "prepare_data: val_fraction ", o.val_fraction,
+                 " is outside [0, 1)");
+  LLMTRAIN_CHECK(o.val_fraction == 0.0 || o.val_files.empty(), "prepare_data: give val_fraction or val_files, not both");
+  LLMTRAIN_CHECK(o.shard_tokens > 0 && o.shard_tokens <= INT32_MAX, "prepare_data: shard_tokens ", o.shard_tokens,
+                 " is outside [1, 2^31)");
+  const auto eot = tok.eot_id();
+  LLMTRAIN_CHECK(eot.has_value(), "prepare_data: the tokenizer has no end-of-text id to separate documents");
+
+  PrepareSummary summary;
+  DocumentReader reader(o, summary);
+  fs::make_dirs(o.out_dir);
+  ShardSink train(o.out_dir + "/train", o.shard_tokens, tok.vocab_size());
+  ShardSink val(o.out_dir + "/val", o.shard_tokens, tok.vocab_size());
+  const int threads = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
+
+  std::vector<Document> batch;
+  int64_t doc_index = 0;
+  while (reader.next(batch)) {
+    std::vector<std::vector<int32_t>> ids(batch.size());
+    std::vector<std::string> errors(batch.size());
+    std::atomic<size_t> next{0};
+    const auto work = [&] {
+      for (size_t i; (i = next.fetch_add(1)) < batch.size();) {
+        try {
+          ids[i] = tok.encode(batch[i].text);
+          ids[i].push_back(*eot);
+        } catch (const std::exception& e) {
+          errors[i] = e.what();
+        }
+      }
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < std::min<int>(threads, int(batch.size())); ++t) pool.emplace_back(work);
+    work();
+    for (auto& t : pool) t.join();
+    for (size_t i = 0; i < batch.size(); ++i) {
+      LLMTRAIN_CHECK(errors[i].empty(), "prepare_data: ", batch[i].where, ": ", errors[i]);
+      const bool to_val = batch[i].val || (o.val_fraction > 0 && unit_hash(o.seed ^ uint64_t(doc_index)) < o.val_fraction);
+      (to_val ? val : train).add(ids[i]);
+      ++(to_val ? summary.val_documents : summary.train_documents);
+      ++doc_index;
+    }
+    if (o.on_progress) o.on_progress(reader.done_bytes(), reader.total_bytes());
+  }
+  LLMTRAIN_CHECK(doc_index > 0, "prepare_data: the inputs hold no documents");
+  train.flush();
+  val.flush();
+  summary.train_tokens = train.tokens();
+  summary.val_tokens = val.tokens();
+  summary.train_shards = train.shards();
+  summary.val_shards = val.shards();
+  summary.bytes = reader.total_bytes();
+  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return summary;
+}
+
+}  // namespace llmtrain::data

@@ -1,0 +1,166 @@
+// prepare_shards: the reference split of the State of the Union corpus to the token, JSONL input,
+// sharding, thread-count independence, the val-fraction pick and bad input.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <dirent.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "llmtrain/core/error.h"
+#include "llmtrain/core/fs.h"
+#include "llmtrain/data/prepare.h"
+#include "llmtrain/data/shard.h"
+#include "llmtrain/tokenizer/gpt2_bpe.h"
+#include "test_util.h"
+
+using llmtrain::data::PrepareOptions;
+using llmtrain::data::prepare_shards;
+using llmtrain::data::Shard;
+using ::testing::HasSubstr;
+
+namespace {
+
+struct TempDir {
+  std::string path = llmtrain::fs::make_temp_dir("llmtrain_prepare_");
+  ~TempDir() { llmtrain::fs::remove_tree(path); }
+};
+
+std::vector<int64_t> read_shard(const std::string& path) {
+  const Shard s(path);
+  std::vector<int64_t> out(size_t(s.num_tokens()));
+  s.read(0, s.num_tokens(), out.data());
+  return out;
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+template <typename F>
+void expect_error(F&& body, std::initializer_list<std::string> parts) {
+  try {
+    body();
+    ADD_FAILURE() << "expected llmtrain::Error";
+  } catch (const llmtrain::Error& e) {
+    for (const auto& part : parts) EXPECT_THAT(e.what(), HasSubstr(part));
+  }
+}
+
+}  // namespace
+
+// The split behind ENVIRONMENT.md's reference figures: speeches before 2010 train, the rest val.
+TEST(Prepare, StateOfTheUnionReferenceSplitToTheToken) {
+  LLMTRAIN_REQUIRE_DATA_DIR(data);
+  const auto tok = llmtrain::tokenizer::GPT2BPE::from_dir(data + "/gpt2");
+  TempDir out;
+  PrepareOptions o;
+  o.inputs = {data + "/sotu"};
+  DIR* d = ::opendir((data + "/sotu").c_str());
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.size() > 4 && name >= "2010") o.val_files.push_back(data + "/sotu/" + name);
+  }
+  ::closedir(d);
+  o.out_dir = out.path;
+  const auto s = prepare_shards(*tok, o);
+  EXPECT_EQ(s.train_tokens, 1981069);
+  EXPECT_EQ(s.val_tokens, 93443);
+  EXPECT_EQ(s.train_documents + s.val_documents, 233);
+  const auto train = read_shard(out.path + "/train_000000.bin");
+  ASSERT_EQ(int64_t(train.size()), s.train_tokens);
+  EXPECT_EQ(std::count(train.begin(), train.end(), 50256), s.train_documents);  // one after each speech
+  // The first speech, then its end-of-text.
+  const auto first = tok->encode(read_bytes(data + "/sotu/1790_george_washington_n.txt"));
+  ASSERT_LT(first.size(), train.size());
+  for (size_t i = 0; i < first.size(); ++i) ASSERT_EQ(train[i], first[i]) << i;
+  EXPECT_EQ(train[first.size()], 50256);
+}
+
+TEST(Prepare, JsonlShardsAndThreadsGiveTheSameBytes) {
+  LLMTRAIN_REQUIRE_DATA_DIR(data);
+  const auto tok = llmtrain::tokenizer::GPT2BPE::from_dir(data + "/gpt2");
+  TempDir dir;
+  {
+    std::ofstream f(dir.path + "/docs.jsonl");
+    for (int i = 0; i < 200; ++i) f << R"({"id": )" << i << R"(, "body": "Document number )" << i << R"( says hello."})" << "\n";
+    f << "\n";  // blank lines are fine
+  }
+  std::ofstream(dir.path + "/plain.txt") << "A plain text file is one document.";
+  std::vector<std::string> bytes;
+  for (int threads : {1, 2}) {
+    PrepareOptions o;
+    o.inputs = {dir.path + "/docs.jsonl", dir.path + "/plain.txt"};
+    o.text_field = "body";
+    o.out_dir = dir.path + "/out" + std::to_string(threads);
+    o.shard_tokens = 500;
+    o.threads = threads;
+    const auto s = prepare_shards(*tok, o);
+    EXPECT_EQ(s.train_documents, 201);
+    EXPECT_EQ(s.val_documents, 0);
+    EXPECT_EQ(s.train_shards, (s.train_tokens + 499) / 500);
+    EXPECT_EQ(Shard(o.out_dir + "/train_000000.bin").num_tokens(), 500);
+    std::string all;
+    for (int64_t k = 0; k < s.train_shards; ++k) {
+      char name[32];
+      std::snprintf(name, sizeof name, "/train_%06lld.bin", static_cast<long long>(k));
+      all += read_bytes(o.out_dir + name);
+    }
+    bytes.push_back(all);
+  }
+  EXPECT_EQ(bytes[0], bytes[1]);
+}
+
+TEST(Prepare, ValFractionIsSeededAndRoughlyRight) {
+  LLMTRAIN_REQUIRE_DATA_DIR(data);
+  const auto tok = llmtrain::tokenizer::GPT2BPE::from_dir(data + "/gpt2");
+  TempDir dir;
+  {
+    std::ofstream f(dir.path + "/docs.jsonl");
+    for (int i = 0; i < 2000; ++i) f << R"({"text": "doc )" << i << R"("})" << "\n";
+  }
+  std::vector<int64_t> val_docs;
+  for (int run = 0; run < 2; ++run) {
+    PrepareOptions o;
+    o.inputs = {dir.path + "/docs.jsonl"};
+    o.out_dir = dir.path + "/out" + std::to_string(run);
+    o.val_fraction = 0.1;
+    val_docs.push_back(prepare_shards(*tok, o).val_documents);
+  }
+  EXPECT_EQ(val_docs[0], val_docs[1]);
+  EXPECT_NEAR(double(val_docs[0]), 200.0, 45.0);  // ~5 standard deviations
+}
+
+TEST(Prepare, BadInputNamesTheFileAndLine) {
+  LLMTRAIN_REQUIRE_DATA_DIR(data);
+  const auto tok = llmtrain::tokenizer::GPT2BPE::from_dir(data + "/gpt2");
+  TempDir dir;
+  PrepareOptions o;
+  o.out_dir = dir.path + "/out";
+  o.inputs = {dir.path + "/missing.txt"};
+  expect_error([&] { prepare_shards(*tok, o); }, {"missing.txt does not exist"});
+
+  std::ofstream(dir.path + "/bad.jsonl") << "{\"text\": \"fine\"}\n{\"text\": 3}\nnot json\n{\"text\": \"also fine\"}\n";
+  o.inputs = {dir.path + "/bad.jsonl"};
+  expect_error([&] { prepare_shards(*tok, o); }, {"bad.jsonl:2", "string field \"text\"", "--skip-bad-lines"});
+  o.skip_bad_lines = true;
+  const auto s = prepare_shards(*tok, o);
+  EXPECT_EQ(s.skipped_lines, 2);
+  EXPECT_EQ(s.train_documents, 2);
+  o.skip_bad_lines = false;
+
+  std::ofstream(dir.path + "/latin1.txt") << "caf\xe9";
+  o.inputs = {dir.path + "/latin1.txt"};
+  expect_error([&] { prepare_shards(*tok, o); }, {"latin1.txt", "not valid UTF-8 at byte 3"});
+
+  llmtrain::fs::make_dirs(dir.path + "/empty");
+  o.inputs = {dir.path + "/empty"};
+  expect_error([&] { prepare_shards(*tok, o); }, {"no documents"});
+
+  o.inputs = {dir.path + "/bad.jsonl"};
+  o.val_fraction = 1.5;
+  expect_error([&] { prepare_shards(*tok, o); }, {"val_fraction 1.5"});
+}
