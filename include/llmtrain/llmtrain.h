@@ -5,6 +5,7 @@
 #include "llmtrain/core/cuda_check.h"
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/fs.h"
+#include "llmtrain/data/dataloader.h"
 #include "llmtrain/data/prepare.h"
 #include "llmtrain/data/shard.h"
 #include "llmtrain/nn/gpt2.h"

@@ -1,0 +1,213 @@
+// The loader keeps a cursor over the epoch's window stream: the shard order of the epoch and the
+// window order of the current shard are rebuilt from (seed, epoch, shard) whenever the cursor enters
+// them, so no table of all windows is kept and any state can be restored in O(shards). A background
+// thread runs the cursor ahead and fills a small queue; restoring a state restarts it. The stream runs
+// from one epoch straight into the next, so a batch may hold the last windows of one epoch and the
+// first of the next: that keeps R ranks exactly equal to one process, at any epoch boundary.
+#include "llmtrain/data/dataloader.h"
+
+#include <glob.h>
+
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include "llmtrain/core/error.h"
+#include "llmtrain/data/shard.h"
+
+namespace llmtrain::data {
+namespace {
+
+// A seeded permutation of 0..n-1, the same on every platform (Fisher-Yates on mt19937_64).
+std::vector<int64_t> permutation(int64_t n, uint64_t seed, uint64_t a, uint64_t b, bool shuffle) {
+  std::vector<int64_t> p(static_cast<size_t>(n));
+  std::iota(p.begin(), p.end(), 0);
+  if (!shuffle) return p;
+  std::seed_seq seq{uint32_t(seed), uint32_t(seed >> 32), uint32_t(a), uint32_t(a >> 32), uint32_t(b), uint32_t(b >> 32)};
+  std::mt19937_64 rng(seq);
+  for (int64_t i = n - 1; i > 0; --i) std::swap(p[size_t(i)], p[size_t(rng() % uint64_t(i + 1))]);
+  return p;
+}
+
+std::vector<std::string> glob_files(const std::string& pattern) {
+  glob_t g{};
+  const int rc = ::glob(pattern.c_str(), 0, nullptr, &g);
+  std::vector<std::string> files;
+  if (rc == 0)
+    for (size_t i = 0; i < g.gl_pathc; ++i) files.emplace_back(g.gl_pathv[i]);
+  ::globfree(&g);
+  LLMTRAIN_CHECK(!files.empty(), "DataLoader: no shard matches \"", pattern, "\"");
+  return files;  // glob sorts
+}
+
+}  // namespace
+
+struct DataLoader::Impl {
+  DataLoaderOptions o;
+  std::vector<std::string> files;
+  std::vector<Shard> shards;
+  std::vector<int64_t> windows;  // per shard
+  int64_t total_windows = 0;
+  int64_t tokens = 0;
+
+  // Producer cursor.
+  DataLoaderState cur;
+  std::vector<int64_t> shard_order, window_order;
+
+  // Queue between the producer thread and next().
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::pair<Batch, DataLoaderState>> queue;
+  std::exception_ptr error;
+  bool stop = false;
+  std::thread worker;
+  DataLoaderState consumed;  // state after the last batch handed out
+
+  int64_t group() const { return int64_t(o.world_size) * o.batch_size; }
+
+  void enter_shard() {
+    if (cur.shard < int64_t(shards.size())) {
+      const int64_t k = shard_order[size_t(cur.shard)];
+      window_order = permutation(windows[size_t(k)], o.seed, uint64_t(cur.epoch), uint64_t(k) + 1, o.shuffle);
+    }
+  }
+
+  void seek(const DataLoaderState& s) {
+    LLMTRAIN_CHECK(s.epoch >= 0 && s.shard >= 0 && s.shard < int64_t(shards.size()) && s.position >= 0,
+                   "DataLoader: state (epoch ", s.epoch, ", shard ", s.shard, ", position ", s.position,
+                   ") is outside these ", shards.size(), " shards");
+    cur = s;
+    shard_order = permutation(int64_t(shards.size()), o.seed, uint64_t(s.epoch), 0, o.shuffle);
+    const int64_t k = shard_order[size_t(s.shard)];
+    LLMTRAIN_CHECK(s.position < windows[size_t(k)], "DataLoader: state position ", s.position, " is past the ",
+                   windows[size_t(k)], " windows of shard ", files[size_t(k)]);
+    enter_shard();
+  }
+
+  void advance() {
+    if (++cur.position < windows[size_t(shard_order[size_t(cur.shard)])]) return;
+    cur.position = 0;
+    if (++cur.shard < int64_t(shards.size())) enter_shard();
+    else seek({cur.epoch + 1, 0, 0});  // the stream goes straight on into the next epoch
+  }
+
+  // One batch of this rank's windows, read into host memory; returns the state after its group.
+  std::pair<Batch, DataLoaderState> produce() {
+    const int64_t B = o.batch_size, T = o.seq_len;
+    auto opts = torch::TensorOptions().dtype(torch::kLong).pinned_memory(o.device.is_cuda());
+    torch::Tensor buf = torch::empty({B, T + 1}, opts);
+    int64_t* out = buf.data_ptr<int64_t>();
+    for (int64_t i = 0; i < group(); ++i) {
+      const int64_t b = i - int64_t(o.rank) * B;
+      if (b >= 0 && b < B) {
+        const int64_t k = shard_order[size_t(cur.shard)];
+        shards[size_t(k)].read(window_order[size_t(cur.position)] * T, T + 1, out + b * (T + 1));
+      }
+      advance();
+    }
+    return {Batch{buf.narrow(1, 0, T), buf.narrow(1, 1, T)}, cur};
+  }
+
+  void run() {
+    try {
+      for (;;) {
+        auto item = produce();
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return stop || int(queue.size()) < o.prefetch; });
+        if (stop) return;
+        queue.push_back(std::move(item));
+        cv.notify_all();
+      }
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu);
+      error = std::current_exception();
+      cv.notify_all();
+    }
+  }
+
+  void start() {
+    if (o.prefetch <= 0) return;
+    stop = false;
+    worker = std::thread([this] { run(); });
+  }
+
+  void halt() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stop = true;
+      cv.notify_all();
+    }
+    if (worker.joinable()) worker.join();
+    queue.clear();
+    error = nullptr;
+  }
+};
+
+DataLoader::DataLoader(DataLoaderOptions options) : impl_(std::make_unique<Impl>()) {
+  Impl& d = *impl_;
+  d.o = std::move(options);
+  const auto& o = d.o;
+  LLMTRAIN_CHECK(o.batch_size > 0, "DataLoader: batch_size must be positive, got ", o.batch_size);
+  LLMTRAIN_CHECK(o.seq_len > 0, "DataLoader: seq_len must be positive, got ", o.seq_len);
+  LLMTRAIN_CHECK(o.world_size > 0 && o.rank >= 0 && o.rank < o.world_size, "DataLoader: rank ", o.rank,
+                 " is outside world size ", o.world_size);
+  d.files = glob_files(o.pattern);
+  for (const auto& f : d.files) {
+    d.shards.emplace_back(f);
+    const int64_t n = d.shards.back().num_tokens();
+    LLMTRAIN_CHECK(n >= o.seq_len + 1, "DataLoader: shard ", f, " holds ", n, " tokens, fewer than one window of seq_len + 1 = ",
+                   o.seq_len + 1);
+    d.windows.push_back((n - 1) / o.seq_len);
+    d.total_windows += d.windows.back();
+    d.tokens += n;
+  }
+  d.seek({0, 0, 0});
+  d.start();
+}
+
+DataLoader::~DataLoader() { impl_->halt(); }
+
+Batch DataLoader::next() {
+  Impl& d = *impl_;
+  std::pair<Batch, DataLoaderState> item;
+  if (d.o.prefetch <= 0) {
+    item = d.produce();
+  } else {
+    std::unique_lock<std::mutex> lock(d.mu);
+    d.cv.wait(lock, [&] { return !d.queue.empty() || d.error; });
+    if (d.queue.empty()) std::rethrow_exception(d.error);
+    item = std::move(d.queue.front());
+    d.queue.pop_front();
+    d.cv.notify_all();
+  }
+  d.consumed = item.second;
+  Batch& b = item.first;
+  if (d.o.device.is_cuda()) {  // from pinned memory, asynchronously on the current stream
+    b.inputs = b.inputs.to(d.o.device, /*non_blocking=*/true);
+    b.targets = b.targets.to(d.o.device, /*non_blocking=*/true);
+  } else {
+    b.inputs = b.inputs.contiguous();
+    b.targets = b.targets.contiguous();
+  }
+  return b;
+}
+
+DataLoaderState DataLoader::state() const { return impl_->consumed; }
+
+void DataLoader::load_state(const DataLoaderState& state) {
+  Impl& d = *impl_;
+  d.halt();
+  d.seek(state);
+  d.consumed = state;
+  d.start();
+}
+
+int64_t DataLoader::num_tokens() const { return impl_->tokens; }
+int64_t DataLoader::windows_per_epoch() const { return impl_->total_windows; }
+const std::vector<std::string>& DataLoader::files() const { return impl_->files; }
+
+}  // namespace llmtrain::data
