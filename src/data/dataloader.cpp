@@ -12,26 +12,14 @@
 #include <deque>
 #include <exception>
 #include <mutex>
-#include <numeric>
-#include <random>
 #include <thread>
 
 #include "llmtrain/core/error.h"
 #include "llmtrain/data/shard.h"
+#include "permutation.h"
 
 namespace llmtrain::data {
 namespace {
-
-// A seeded permutation of 0..n-1, the same on every platform (Fisher-Yates on mt19937_64).
-std::vector<int64_t> permutation(int64_t n, uint64_t seed, uint64_t a, uint64_t b, bool shuffle) {
-  std::vector<int64_t> p(static_cast<size_t>(n));
-  std::iota(p.begin(), p.end(), 0);
-  if (!shuffle) return p;
-  std::seed_seq seq{uint32_t(seed), uint32_t(seed >> 32), uint32_t(a), uint32_t(a >> 32), uint32_t(b), uint32_t(b >> 32)};
-  std::mt19937_64 rng(seq);
-  for (int64_t i = n - 1; i > 0; --i) std::swap(p[size_t(i)], p[size_t(rng() % uint64_t(i + 1))]);
-  return p;
-}
 
 std::vector<std::string> glob_files(const std::string& pattern) {
   glob_t g{};
@@ -72,7 +60,7 @@ struct DataLoader::Impl {
   void enter_shard() {
     if (cur.shard < int64_t(shards.size())) {
       const int64_t k = shard_order[size_t(cur.shard)];
-      window_order = permutation(windows[size_t(k)], o.seed, uint64_t(cur.epoch), uint64_t(k) + 1, o.shuffle);
+      window_order = detail::permutation(windows[size_t(k)], o.seed, uint64_t(cur.epoch), uint64_t(k) + 1, o.shuffle);
     }
   }
 
@@ -81,7 +69,7 @@ struct DataLoader::Impl {
                    "DataLoader: state (epoch ", s.epoch, ", shard ", s.shard, ", position ", s.position,
                    ") is outside these ", shards.size(), " shards");
     cur = s;
-    shard_order = permutation(int64_t(shards.size()), o.seed, uint64_t(s.epoch), 0, o.shuffle);
+    shard_order = detail::permutation(int64_t(shards.size()), o.seed, uint64_t(s.epoch), 0, o.shuffle);
     const int64_t k = shard_order[size_t(s.shard)];
     LLMTRAIN_CHECK(s.position < windows[size_t(k)], "DataLoader: state position ", s.position, " is past the ",
                    windows[size_t(k)], " windows of shard ", files[size_t(k)]);

@@ -6,8 +6,6 @@
 #include <dirent.h>
 #include <sys/stat.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -22,6 +20,7 @@
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/fs.h"
 #include "llmtrain/data/shard.h"
+#include "jsonl.h"
 
 namespace llmtrain::data {
 namespace {
@@ -118,22 +117,12 @@ class DocumentReader {
       while (bytes < kBatchBytes && std::getline(jsonl_, line)) {
         ++line_no_;
         bytes += int64_t(line.size()) + 1;
-        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
         const std::string where = path + ":" + std::to_string(line_no_);
-        std::string error;
-        try {
-          const auto j = nlohmann::json::parse(line);
-          if (!j.is_object() || !j.contains(o_.text_field) || !j[o_.text_field].is_string())
-            error = "expected an object with a string field \"" + o_.text_field + "\"";
-          else
-            batch.push_back({j[o_.text_field].get<std::string>(), where, val});
-        } catch (const nlohmann::json::exception& e) {
-          error = std::string("not JSON (") + e.what() + ")";
-        }
-        if (!error.empty()) {
-          LLMTRAIN_CHECK(o_.skip_bad_lines, "prepare_data: ", where, ": ", error, " (--skip-bad-lines skips such lines)");
-          ++summary_.skipped_lines;
-        }
+        const auto j = detail::parse_object("prepare_data", line, where, o_.skip_bad_lines, summary_.skipped_lines);
+        if (!j) continue;
+        if (auto text = detail::string_field("prepare_data", *j, o_.text_field, where, o_.skip_bad_lines,
+                                             summary_.skipped_lines))
+          batch.push_back({std::move(*text), where, val});
       }
       if (!jsonl_.good()) {  // this file is done
         jsonl_.close();

@@ -6,10 +6,11 @@
 
 #include <cstdint>
 
+#include "llmtrain/core/types.h"
+
 namespace llmtrain::ops {
 
-/// The target id that contributes nothing to the loss (PyTorch's and Hugging Face's convention).
-constexpr int64_t kIgnoreIndex = -100;
+using ::llmtrain::kIgnoreIndex;
 
 /// Mean over the targets != ignore_index of -log softmax(logits)[target]; a scalar (float32 for
 /// half/bf16 logits). Like PyTorch, a batch whose targets are all ignored gives NaN.
