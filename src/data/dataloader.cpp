@@ -93,7 +93,13 @@ struct DataLoader::Impl {
       const int64_t b = i - int64_t(o.rank) * B;
       if (b >= 0 && b < B) {
         const int64_t k = shard_order[size_t(cur.shard)];
-        shards[size_t(k)].read(window_order[size_t(cur.position)] * T, T + 1, out + b * (T + 1));
+        const int64_t start = window_order[size_t(cur.position)] * T;
+        int64_t* w = out + b * (T + 1);
+        shards[size_t(k)].read(start, T + 1, w);
+        if (o.vocab_size > 0)
+          for (int64_t t = 0; t <= T; ++t)
+            LLMTRAIN_CHECK(w[t] < o.vocab_size, "DataLoader: shard ", files[size_t(k)], " holds token id ", w[t],
+                           " at position ", start + t, ", outside the vocabulary [0, ", o.vocab_size, ")");
       }
       advance();
     }

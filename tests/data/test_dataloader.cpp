@@ -150,6 +150,14 @@ TEST(DataLoader, BadInputNamesTheProblem) {
   Shards one({100});
   expect_error([&] { auto o = one.options(1, 8); o.rank = 2; o.world_size = 2; DataLoader l(o); }, {"rank 2"});
   expect_error([&] { auto o = one.options(0, 8); DataLoader l(o); }, {"batch_size must be positive"});
+  {
+    auto o = one.options(4, 8);
+    o.vocab_size = 50;  // the shard's tokens run to 99
+    o.shuffle = false;
+    o.prefetch = 1;     // the error travels from the prefetch thread
+    DataLoader l(o);
+    expect_error([&] { l.next(); l.next(); }, {"train_000000.bin holds token id 50", "position 50", "[0, 50)"});
+  }
   DataLoader l(one.options(1, 8));
   expect_error([&] { l.load_state({0, 3, 0}); }, {"shard 3"});
   expect_error([&] { l.load_state({0, 0, 12}); }, {"position 12", "12 windows"});

@@ -25,6 +25,7 @@ struct DataLoaderOptions {
   int world_size = 1;
   uint64_t seed = 1337;
   bool shuffle = true;
+  int64_t vocab_size = 0;  // when > 0, a token id at or above it is an error naming shard and position
   int prefetch = 2;                   // batches prepared ahead by a background thread (0: none)
   torch::Device device = torch::kCPU; // where batches land; pinned host memory and async copies for CUDA
 };
