@@ -56,6 +56,7 @@ TEST(SentencePiece, TrainsBpeAndUnigramAndRoundTrips) {
     ASSERT_TRUE(llmtrain::fs::exists(t.model)) << type;
     const auto tok = llmtrain::tokenizer::load_tokenizer("sentencepiece", t.model);
     EXPECT_EQ(tok->vocab_size(), 330) << type;
+    EXPECT_EQ(tok->eot_id(), 2) << type << ": Llama's layout, <unk> 0, <s> 1, </s> 2";
     const std::string text = "the model learns from data again. café 数据 step";
     const auto ids = tok->encode(text);
     EXPECT_LT(tok->encode("the data the model").size(), 18u) << type << ": fewer pieces than characters";
