@@ -11,16 +11,8 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 
 namespace {
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 std::string corpus(const std::string& sotu_dir) {
   std::vector<std::string> names;
@@ -33,7 +25,7 @@ std::string corpus(const std::string& sotu_dir) {
   ::closedir(d);
   std::sort(names.begin(), names.end());
   std::string text;
-  for (const auto& n : names) text += read_all(sotu_dir + "/" + n);
+  for (const auto& n : names) text += llmtrain::fs::read_file(sotu_dir + "/" + n);
   return text;
 }
 

@@ -2,6 +2,7 @@
 // ctest passes in, and a float64 finite-difference check of autograd gradients.
 #pragma once
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 #include <torch/types.h>
@@ -11,7 +12,27 @@
 #include <string>
 #include <vector>
 
+#include "llmtrain/core/error.h"
+#include "llmtrain/core/fs.h"
+
 namespace llmtrain::testing {
+
+/// A fresh temporary directory, removed with everything in it at scope exit.
+struct TempDir {
+  std::string path = llmtrain::fs::make_temp_dir("llmtrain_test_");
+  ~TempDir() { llmtrain::fs::remove_tree(path); }
+};
+
+/// Runs `body`, expecting llmtrain::Error whose message contains every one of `parts`.
+template <typename F>
+void expect_error(F&& body, std::initializer_list<std::string> parts) {
+  try {
+    body();
+    ADD_FAILURE() << "expected llmtrain::Error";
+  } catch (const llmtrain::Error& e) {
+    for (const auto& part : parts) EXPECT_THAT(e.what(), ::testing::HasSubstr(part));
+  }
+}
 
 #define LLMTRAIN_SKIP_WITHOUT_CUDA() \
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device here"

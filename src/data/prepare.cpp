@@ -14,7 +14,6 @@
 #include <cstdlib>
 #include <fstream>
 #include <set>
-#include <sstream>
 #include <thread>
 
 #include "llmtrain/core/error.h"
@@ -99,12 +98,9 @@ class DocumentReader {
     while (bytes < kBatchBytes && file_ < files_.size()) {
       const auto& [path, val] = files_[file_];
       if (!ends_with(path, ".jsonl")) {
-        std::ifstream in(path, std::ios::binary);
-        LLMTRAIN_CHECK(in.good(), "prepare_data: cannot read ", path);
-        std::ostringstream s;
-        s << in.rdbuf();
-        bytes += int64_t(s.str().size());
-        batch.push_back({s.str(), path, val});
+        std::string text = fs::read_file(path);
+        bytes += int64_t(text.size());
+        batch.push_back({std::move(text), path, val});
         ++file_;
         continue;
       }

@@ -10,13 +10,13 @@
 #include <nlohmann/json.hpp>
 
 #include <array>
-#include <fstream>
 #include <limits>
 #include <sstream>
 #include <unordered_map>
 
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/fs.h"
+#include "pieces.h"
 
 namespace llmtrain::tokenizer {
 namespace {
@@ -83,14 +83,6 @@ std::string token_bytes(const std::string& token, const std::array<int, 324>& to
     i += len;
   }
   return out;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  LLMTRAIN_CHECK(in.good(), "cannot read ", path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 // Mergeable pairs of ids -> (rank, merged id), open addressing with linear probing.
@@ -214,7 +206,7 @@ GPT2BPE::GPT2BPE(const std::string& vocab_json_path, const std::string& merges_p
 
   nlohmann::json vocab;
   try {
-    vocab = nlohmann::json::parse(read_file(vocab_json_path));
+    vocab = nlohmann::json::parse(fs::read_file(vocab_json_path));
   } catch (const nlohmann::json::exception& e) {
     LLMTRAIN_CHECK(false, vocab_json_path, ": not a JSON object of token -> id (", e.what(), ")");
   }
@@ -240,7 +232,7 @@ GPT2BPE::GPT2BPE(const std::string& vocab_json_path, const std::string& merges_p
     d.byte_id[b] = it->second;
   }
 
-  std::istringstream merges(read_file(merges_path));
+  std::istringstream merges(fs::read_file(merges_path));
   std::string line;
   std::vector<std::array<int32_t, 3>> rules;  // (left, right, merged)
   for (int64_t line_no = 1; std::getline(merges, line); ++line_no) {
@@ -290,25 +282,14 @@ std::vector<int32_t> GPT2BPE::encode(std::string_view text, bool allow_special) 
     impl_->encode_ordinary(text, out);
     return out;
   }
-  const std::string_view eot(kEndOfText);
-  for (size_t start = 0;;) {
-    const size_t at = text.find(eot, start);
-    impl_->encode_ordinary(text.substr(start, at == std::string_view::npos ? at : at - start), out);
-    if (at == std::string_view::npos) break;
-    out.push_back(*impl_->eot);
-    start = at + eot.size();
-  }
+  detail::encode_with_special(
+      text, kEndOfText, *impl_->eot, [&](std::string_view part, std::vector<int32_t>& o) { impl_->encode_ordinary(part, o); },
+      out);
   return out;
 }
 
 std::string GPT2BPE::decode(const std::vector<int32_t>& ids) const {
-  std::string out;
-  for (const int32_t id : ids) {
-    LLMTRAIN_CHECK(id >= 0 && id < int32_t(impl_->bytes_of.size()), "GPT2BPE::decode: id ", id,
-                   " is outside the vocabulary [0, ", impl_->bytes_of.size(), ")");
-    out += impl_->bytes_of[id];
-  }
-  return out;
+  return detail::join_pieces(impl_->bytes_of, ids, "GPT2BPE");
 }
 
 int64_t GPT2BPE::vocab_size() const { return int64_t(impl_->bytes_of.size()); }

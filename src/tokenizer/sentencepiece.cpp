@@ -7,6 +7,7 @@
 
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/fs.h"
+#include "pieces.h"
 
 namespace llmtrain::tokenizer {
 
@@ -53,35 +54,21 @@ SentencePiece::~SentencePiece() = default;
 
 std::vector<int32_t> SentencePiece::encode(std::string_view text, bool allow_special) const {
   std::vector<int32_t> out;
-  const auto encode_plain = [&](std::string_view part) {
+  const auto plain = [&](std::string_view part, std::vector<int32_t>& o) {
     std::vector<int> ids;
     const auto status = impl_->sp.Encode(part, &ids);
     LLMTRAIN_CHECK(status.ok(), "SentencePiece::encode: ", status.ToString());
-    out.insert(out.end(), ids.begin(), ids.end());
+    o.insert(o.end(), ids.begin(), ids.end());
   };
-  if (!allow_special || !impl_->eos) {
-    encode_plain(text);
-    return out;
-  }
-  const std::string eos_text = impl_->sp.IdToPiece(*impl_->eos);
-  for (size_t start = 0;;) {
-    const size_t at = text.find(eos_text, start);
-    const std::string_view part = text.substr(start, at == std::string_view::npos ? at : at - start);
-    if (!part.empty()) encode_plain(part);
-    if (at == std::string_view::npos) break;
-    out.push_back(*impl_->eos);
-    start = at + eos_text.size();
-  }
+  if (allow_special && impl_->eos)
+    detail::encode_with_special(text, impl_->sp.IdToPiece(*impl_->eos), *impl_->eos, plain, out);
+  else
+    plain(text, out);
   return out;
 }
 
 std::string SentencePiece::decode(const std::vector<int32_t>& ids) const {
-  std::string out;
-  for (const int32_t id : ids) {
-    LLMTRAIN_CHECK(id >= 0 && id < int32_t(impl_->bytes_of.size()), "SentencePiece::decode: id ", id,
-                   " is outside the vocabulary [0, ", impl_->bytes_of.size(), ")");
-    out += impl_->bytes_of[id];
-  }
+  std::string out = detail::join_pieces(impl_->bytes_of, ids, "SentencePiece");
   if (impl_->dummy_prefix && !out.empty() && out[0] == ' ') out.erase(0, 1);
   return out;
 }

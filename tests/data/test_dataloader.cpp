@@ -16,7 +16,7 @@ using llmtrain::data::Batch;
 using llmtrain::data::DataLoader;
 using llmtrain::data::DataLoaderOptions;
 using llmtrain::data::DataLoaderState;
-using ::testing::HasSubstr;
+using llmtrain::testing::expect_error;
 
 namespace {
 
@@ -52,16 +52,6 @@ std::vector<Batch> take(DataLoader& loader, int n) {
 void expect_same(const Batch& a, const Batch& b, const std::string& what) {
   EXPECT_TRUE(torch::equal(a.inputs, b.inputs)) << what;
   EXPECT_TRUE(torch::equal(a.targets, b.targets)) << what;
-}
-
-template <typename F>
-void expect_error(F&& body, std::initializer_list<std::string> parts) {
-  try {
-    body();
-    ADD_FAILURE() << "expected llmtrain::Error";
-  } catch (const llmtrain::Error& e) {
-    for (const auto& part : parts) EXPECT_THAT(e.what(), HasSubstr(part));
-  }
 }
 
 }  // namespace

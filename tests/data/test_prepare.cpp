@@ -5,7 +5,6 @@
 #include <dirent.h>
 
 #include <fstream>
-#include <sstream>
 
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/fs.h"
@@ -17,37 +16,16 @@
 using llmtrain::data::PrepareOptions;
 using llmtrain::data::prepare_shards;
 using llmtrain::data::Shard;
-using ::testing::HasSubstr;
+using llmtrain::testing::expect_error;
+using llmtrain::testing::TempDir;
 
 namespace {
-
-struct TempDir {
-  std::string path = llmtrain::fs::make_temp_dir("llmtrain_prepare_");
-  ~TempDir() { llmtrain::fs::remove_tree(path); }
-};
 
 std::vector<int64_t> read_shard(const std::string& path) {
   const Shard s(path);
   std::vector<int64_t> out(size_t(s.num_tokens()));
   s.read(0, s.num_tokens(), out.data());
   return out;
-}
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-template <typename F>
-void expect_error(F&& body, std::initializer_list<std::string> parts) {
-  try {
-    body();
-    ADD_FAILURE() << "expected llmtrain::Error";
-  } catch (const llmtrain::Error& e) {
-    for (const auto& part : parts) EXPECT_THAT(e.what(), HasSubstr(part));
-  }
 }
 
 }  // namespace
@@ -74,7 +52,7 @@ TEST(Prepare, StateOfTheUnionReferenceSplitToTheToken) {
   ASSERT_EQ(int64_t(train.size()), s.train_tokens);
   EXPECT_EQ(std::count(train.begin(), train.end(), 50256), s.train_documents);  // one after each speech
   // The first speech, then its end-of-text.
-  const auto first = tok->encode(read_bytes(data + "/sotu/1790_george_washington_n.txt"));
+  const auto first = tok->encode(llmtrain::fs::read_file(data + "/sotu/1790_george_washington_n.txt"));
   ASSERT_LT(first.size(), train.size());
   for (size_t i = 0; i < first.size(); ++i) ASSERT_EQ(train[i], first[i]) << i;
   EXPECT_EQ(train[first.size()], 50256);
@@ -107,7 +85,7 @@ TEST(Prepare, JsonlShardsAndThreadsGiveTheSameBytes) {
     for (int64_t k = 0; k < s.train_shards; ++k) {
       char name[32];
       std::snprintf(name, sizeof name, "/train_%06lld.bin", static_cast<long long>(k));
-      all += read_bytes(o.out_dir + name);
+      all += llmtrain::fs::read_file(o.out_dir + name);
     }
     bytes.push_back(all);
   }

@@ -20,11 +20,11 @@ using ::testing::HasSubstr;
 
 namespace {
 
-struct TempFile {
-  std::string dir = llmtrain::fs::make_temp_dir("llmtrain_sft_");
+// A JSONL file with `content` in a temporary directory.
+struct TempFile : llmtrain::testing::TempDir {
+  std::string dir = TempDir::path;
   std::string path = dir + "/train.jsonl";
   explicit TempFile(const std::string& content) { std::ofstream(path) << content; }
-  ~TempFile() { llmtrain::fs::remove_tree(dir); }
 };
 
 std::vector<int64_t> row(const torch::Tensor& t) {

@@ -7,17 +7,14 @@
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/fs.h"
 #include "llmtrain/data/shard.h"
+#include "test_util.h"
 
 using llmtrain::data::Shard;
 using llmtrain::data::write_shard;
-using ::testing::HasSubstr;
+using llmtrain::testing::expect_error;
+using llmtrain::testing::TempDir;
 
 namespace {
-
-struct TempDir {
-  std::string path = llmtrain::fs::make_temp_dir("llmtrain_shard_");
-  ~TempDir() { llmtrain::fs::remove_tree(path); }
-};
 
 std::vector<int32_t> random_ids(size_t n, int32_t vocab, unsigned seed) {
   std::mt19937 rng(seed);
@@ -25,16 +22,6 @@ std::vector<int32_t> random_ids(size_t n, int32_t vocab, unsigned seed) {
   std::vector<int32_t> ids(n);
   for (auto& id : ids) id = dist(rng);
   return ids;
-}
-
-template <typename F>
-void expect_error(F&& body, std::initializer_list<std::string> parts) {
-  try {
-    body();
-    ADD_FAILURE() << "expected llmtrain::Error";
-  } catch (const llmtrain::Error& e) {
-    for (const auto& part : parts) EXPECT_THAT(e.what(), HasSubstr(part));
-  }
 }
 
 }  // namespace

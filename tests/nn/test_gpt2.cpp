@@ -17,6 +17,7 @@
 
 using llmtrain::nn::GPT2;
 using llmtrain::nn::GPT2Config;
+using llmtrain::testing::expect_error;
 using llmtrain::testing::expect_gradients_match;
 using llmtrain::testing::max_abs_diff;
 using llmtrain::testing::test_python;
@@ -27,17 +28,6 @@ namespace {
 
 torch::Tensor random_tokens(int64_t B, int64_t T, int64_t vocab) {
   return torch::randint(vocab, {B, T}, torch::kLong);
-}
-
-// Runs `body`, expecting llmtrain::Error whose message contains every one of `parts`.
-template <typename F>
-void expect_error(F&& body, std::initializer_list<const char*> parts) {
-  try {
-    body();
-    ADD_FAILURE() << "expected llmtrain::Error";
-  } catch (const llmtrain::Error& e) {
-    for (const char* part : parts) EXPECT_THAT(e.what(), HasSubstr(part));
-  }
 }
 
 }  // namespace

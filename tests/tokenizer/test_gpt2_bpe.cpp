@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/fs.h"
@@ -20,13 +19,6 @@ namespace lt = llmtrain::testing;
 
 namespace {
 
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // tiktoken's ids for each text, from the Python peer.
 std::vector<std::vector<int32_t>> tiktoken_ids(const std::string& data_dir, const std::vector<std::string>& texts) {
   const std::string dir = llmtrain::fs::make_temp_dir("llmtrain_tok_");
@@ -34,7 +26,7 @@ std::vector<std::vector<int32_t>> tiktoken_ids(const std::string& data_dir, cons
   const std::string cmd = "'" + lt::test_python() + "' '" + lt::test_source_dir() + "/tests/python/tiktoken_ids.py' '" +
                           data_dir + "/gpt2' '" + dir + "/in.json' '" + dir + "/out.json'";
   EXPECT_EQ(lt::run_command(cmd), 0) << cmd;
-  auto ids = nlohmann::json::parse(read_all(dir + "/out.json")).get<std::vector<std::vector<int32_t>>>();
+  auto ids = nlohmann::json::parse(llmtrain::fs::read_file(dir + "/out.json")).get<std::vector<std::vector<int32_t>>>();
   llmtrain::fs::remove_tree(dir);
   return ids;
 }
@@ -76,7 +68,7 @@ TEST(GPT2BPE, MatchesTiktokenOnTheWholeCorpus) {
   std::sort(names.begin(), names.end());
   ASSERT_EQ(names.size(), 233u);
   std::vector<std::string> texts;
-  for (const auto& n : names) texts.push_back(read_all(data + "/sotu/" + n));
+  for (const auto& n : names) texts.push_back(llmtrain::fs::read_file(data + "/sotu/" + n));
   const auto expected = tiktoken_ids(data, texts);
   int64_t tokens = 0;
   for (size_t i = 0; i < texts.size(); ++i) {
@@ -116,8 +108,8 @@ TEST(GPT2BPE, DecodingSplitCharactersLosesNoBytes) {
 TEST(GPT2BPE, LoadsHuggingFaceFiles) {
   LLMTRAIN_REQUIRE_DATA_DIR(data);
   const std::string dir = llmtrain::fs::make_temp_dir("llmtrain_hf_tok_");
-  std::ofstream(dir + "/vocab.json") << read_all(data + "/gpt2/encoder.json");
-  std::ofstream(dir + "/merges.txt") << read_all(data + "/gpt2/vocab.bpe");
+  std::ofstream(dir + "/vocab.json") << llmtrain::fs::read_file(data + "/gpt2/encoder.json");
+  std::ofstream(dir + "/merges.txt") << llmtrain::fs::read_file(data + "/gpt2/vocab.bpe");
   const auto hf = GPT2BPE::from_dir(dir), openai = GPT2BPE::from_dir(data + "/gpt2");
   llmtrain::fs::remove_tree(dir);
   const std::string text = "Hugging Face and OpenAI files hold the same 50,257 tokens.";
@@ -161,7 +153,7 @@ TEST(GPT2BPE, BadInputNamesTheProblem) {
   std::ofstream(dir + "/vocab.json") << R"({"a": 0, "b": 1, "ab": 2})";
   std::ofstream(dir + "/merges.txt") << "#version: 0.2\na b\n";
   expect_load_error("vocab.json: no token for byte 0");
-  std::ofstream(dir + "/vocab.json") << read_all(data + "/gpt2/encoder.json");
+  std::ofstream(dir + "/vocab.json") << llmtrain::fs::read_file(data + "/gpt2/encoder.json");
   std::ofstream(dir + "/merges.txt") << "#version: 0.2\n\u0120 t\nx qqqqqqqqqqqq\n";
   expect_load_error("merges.txt:3: merge \"x qqqqqqqqqqqq\" uses or makes a token missing");
   std::ofstream(dir + "/merges.txt") << "#version: 0.2\na b c\n";

@@ -10,6 +10,7 @@
 #include "llmtrain/core/fs.h"
 #include "llmtrain/tokenizer/sentencepiece.h"
 #include "llmtrain/tokenizer/tokenizer.h"
+#include "test_util.h"
 
 using llmtrain::tokenizer::SentencePiece;
 using llmtrain::tokenizer::train_sentencepiece;
@@ -97,25 +98,17 @@ TEST(SentencePiece, EndOfSequenceIsSpecialOnlyWhenAllowed) {
 
 TEST(SentencePiece, BadInputNamesTheProblem) {
   const std::string dir = llmtrain::fs::make_temp_dir("llmtrain_sp_bad_");
-  const auto expect_error = [](auto&& body, const std::string& part) {
-    try {
-      body();
-      ADD_FAILURE() << "expected llmtrain::Error with " << part;
-    } catch (const llmtrain::Error& e) {
-      EXPECT_THAT(e.what(), HasSubstr(part));
-    }
-  };
-  expect_error([&] { SentencePiece s(dir + "/missing.model"); }, dir + "/missing.model does not exist");
+  llmtrain::testing::expect_error([&] { SentencePiece s(dir + "/missing.model"); }, {dir + "/missing.model does not exist"});
   std::ofstream(dir + "/junk.model") << "not a model";
-  expect_error([&] { SentencePiece s(dir + "/junk.model"); }, dir + "/junk.model could not be loaded");
+  llmtrain::testing::expect_error([&] { SentencePiece s(dir + "/junk.model"); }, {dir + "/junk.model could not be loaded"});
   llmtrain::tokenizer::SentencePieceTrainOptions o;
   o.inputs = {dir + "/none.txt"};
   o.model_prefix = dir + "/x";
-  expect_error([&] { train_sentencepiece(o); }, "input " + dir + "/none.txt does not exist");
+  llmtrain::testing::expect_error([&] { train_sentencepiece(o); }, {"input " + dir + "/none.txt does not exist"});
   std::ofstream(dir + "/c.txt") << make_corpus(1, 50);
   o.inputs = {dir + "/c.txt"};
   o.model_type = "wordpiece";
-  expect_error([&] { train_sentencepiece(o); }, "model_type \"wordpiece\"");
-  expect_error([&] { llmtrain::tokenizer::load_tokenizer("bert", ""); }, "unknown tokenizer \"bert\"");
+  llmtrain::testing::expect_error([&] { train_sentencepiece(o); }, {"model_type \"wordpiece\""});
+  llmtrain::testing::expect_error([&] { llmtrain::tokenizer::load_tokenizer("bert", ""); }, {"unknown tokenizer \"bert\""});
   llmtrain::fs::remove_tree(dir);
 }

@@ -24,6 +24,9 @@ std::string make_temp_dir(const std::string& prefix);
 /// Throws llmtrain::Error naming the entry that could not be removed.
 void remove_tree(const std::string& path);
 
+/// The whole content of the file at `path`. Throws llmtrain::Error naming the path when it cannot be read.
+std::string read_file(const std::string& path);
+
 /// Writes `bytes` to `path` so that a crash never leaves a half file under that name: the bytes go to
 /// a temporary file beside it, are flushed to disk, and the file is renamed over `path`.
 ///   llmtrain::fs::write_file_atomic(dir + "/train_000000.bin", header_and_tokens);
