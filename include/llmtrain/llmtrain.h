@@ -15,6 +15,8 @@
 #include "llmtrain/ops/cross_entropy.h"
 #include "llmtrain/ops/gelu.h"
 #include "llmtrain/ops/layer_norm.h"
+#include "llmtrain/optim/optimizer.h"
+#include "llmtrain/optim/schedule.h"
 #include "llmtrain/tokenizer/gpt2_bpe.h"
 #include "llmtrain/tokenizer/sentencepiece.h"
 #include "llmtrain/tokenizer/tokenizer.h"

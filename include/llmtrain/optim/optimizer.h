@@ -1,0 +1,126 @@
+// The AMP-aware optimizer loop in one object: after backward, step() unscales the gradients (fp16),
+// checks them for inf/nan (a bad step becomes a no-op, and fp16 backs its loss scale off), clips the
+// global norm, sets the scheduled learning rate, runs AdamW with GPT-2's parameter groups, updates the
+// loss scale and zeroes the gradients. Precision modes: fp32; bf16 (autocast over fp32 parameters);
+// fp16 (autocast with dynamic loss scaling); bf16-master (bf16 parameters, fp32 master weights and
+// AdamW state in the optimizer).
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/optim/adamw.h>
+#include <torch/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "llmtrain/optim/schedule.h"
+
+namespace llmtrain::optim {
+
+enum class Precision { kFP32, kBF16, kFP16, kBF16Master };
+
+/// Parses "fp32", "bf16", "fp16" or "bf16-master"; throws llmtrain::Error naming the value otherwise.
+Precision parse_precision(const std::string& name);
+
+/// How the fp16 loss scale starts and moves.
+struct GradScalerOptions {
+  double init_scale = 65536.0, growth_factor = 2.0, backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+};
+
+/// Dynamic loss scaling for fp16: the loss is multiplied by the scale before backward; a step whose
+/// unscaled gradients hold inf or nan is skipped and the scale multiplied by backoff_factor; after
+/// growth_interval good steps in a row it is multiplied by growth_factor.
+///   GradScaler scaler;  scaler.scale(loss).backward();  bool bad = scaler.unscale_(grads);  scaler.update(bad);
+class GradScaler {
+ public:
+  explicit GradScaler(GradScalerOptions options = GradScalerOptions());
+  torch::Tensor scale(const torch::Tensor& loss) const { return loss * scale_; }
+  /// Divides every gradient by the scale; true when any value is inf or nan.
+  bool unscale_(const std::vector<torch::Tensor>& grads) const;
+  void update(bool found_inf);
+  double scale_value() const { return scale_; }
+  int64_t good_steps() const { return good_steps_; }
+  void set_state(double scale, int64_t good_steps);
+
+ private:
+  GradScalerOptions o_;
+  double scale_;
+  int64_t good_steps_ = 0;
+};
+
+/// Splits parameters into GPT-2's AdamW groups: matrices and embeddings (dim >= 2) get weight decay,
+/// biases and layer-norm gains do not.
+void split_decay(const std::vector<torch::Tensor>& params, std::vector<torch::Tensor>& decay,
+                 std::vector<torch::Tensor>& no_decay);
+
+/// The global L2 norm of all gradients (float32, on the gradients' device); missing gradients count 0.
+torch::Tensor global_grad_norm(const std::vector<torch::Tensor>& params);
+
+/// Everything the optimizer loop needs.
+struct OptimizerOptions {
+  LRSchedule schedule;
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;  // <= 0: no clipping (the norm is still measured)
+  Precision precision = Precision::kFP32;
+  GradScalerOptions scaler;
+};
+
+/// What one step did.
+struct StepInfo {
+  double lr = 0;
+  double grad_norm = 0;  // before clipping, of the unscaled gradients
+  bool skipped = false;  // inf/nan gradients: parameters untouched
+  double loss_scale = 1;
+};
+
+/// Switches autocast on for one device type and dtype while it lives (nothing for fp32).
+class AutocastScope {
+ public:
+  AutocastScope(torch::DeviceType device, Precision precision);
+  ~AutocastScope();
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  torch::DeviceType device_;
+  bool active_ = false, was_enabled_ = false;
+  torch::ScalarType was_dtype_ = torch::kFloat;
+};
+
+/// AdamW with GPT-2's groups, a schedule, clipping and the precision mode's bookkeeping.
+///   MixedPrecisionOptimizer opt(*model, options);
+///   { AutocastScope amp(device, options.precision); loss = model(x, y).loss; }
+///   opt.scale_loss(loss).backward();  StepInfo info = opt.step(step);
+class MixedPrecisionOptimizer {
+ public:
+  /// For bf16-master the model's floating parameters are cast to bf16 here, and fp32 copies kept.
+  MixedPrecisionOptimizer(torch::nn::Module& model, OptimizerOptions options);
+  ~MixedPrecisionOptimizer();
+
+  /// The loss to call backward() on: multiplied by the loss scale in fp16, unchanged otherwise.
+  torch::Tensor scale_loss(const torch::Tensor& loss) const;
+  /// Unscale and check, clip, AdamW at schedule.at(step), update the scale, zero the gradients.
+  StepInfo step(int64_t step);
+  void zero_grad();
+
+  const OptimizerOptions& options() const { return o_; }
+  torch::optim::AdamW& adamw();  // for checkpoints
+  GradScaler& scaler() { return scaler_; }
+  /// The fp32 tensors AdamW updates: the model's parameters, or their master copies (bf16-master).
+  const std::vector<torch::Tensor>& master_params() const { return masters_; }
+  /// After loading master weights: copy them into the model's (bf16) parameters.
+  void sync_params_from_masters();
+
+ private:
+  OptimizerOptions o_;
+  std::vector<torch::Tensor> params_;   // the model's
+  std::vector<torch::Tensor> masters_;  // what AdamW updates (== params_ unless bf16-master)
+  std::unique_ptr<torch::optim::AdamW> adamw_;
+  GradScaler scaler_;
+};
+
+}  // namespace llmtrain::optim

@@ -1,0 +1,168 @@
+#include "llmtrain/optim/optimizer.h"
+
+#include <ATen/autocast_mode.h>
+#include <torch/utils.h>
+
+#include <cmath>
+
+#include "llmtrain/core/error.h"
+
+namespace llmtrain::optim {
+
+Precision parse_precision(const std::string& name) {
+  if (name == "fp32") return Precision::kFP32;
+  if (name == "bf16") return Precision::kBF16;
+  if (name == "fp16") return Precision::kFP16;
+  if (name == "bf16-master") return Precision::kBF16Master;
+  LLMTRAIN_CHECK(false, "precision \"", name, "\" is not one of fp32, bf16, fp16, bf16-master");
+  return Precision::kFP32;
+}
+
+// ---- GradScaler ---------------------------------------------------------------------------------
+
+GradScaler::GradScaler(GradScalerOptions options) : o_(options), scale_(options.init_scale) {
+  LLMTRAIN_CHECK(o_.init_scale > 0, "GradScaler: init_scale must be positive, got ", o_.init_scale);
+  LLMTRAIN_CHECK(o_.growth_factor > 1, "GradScaler: growth_factor must exceed 1, got ", o_.growth_factor);
+  LLMTRAIN_CHECK(o_.backoff_factor > 0 && o_.backoff_factor < 1, "GradScaler: backoff_factor must be in (0, 1), got ",
+                 o_.backoff_factor);
+  LLMTRAIN_CHECK(o_.growth_interval > 0, "GradScaler: growth_interval must be positive, got ", o_.growth_interval);
+}
+
+bool GradScaler::unscale_(const std::vector<torch::Tensor>& grads) const {
+  torch::NoGradGuard no_grad;
+  torch::Tensor found;
+  for (const auto& g : grads) {
+    if (!g.defined()) continue;
+    g.mul_(1.0 / scale_);
+    const auto bad = g.isfinite().logical_not().any();
+    found = found.defined() ? found.logical_or(bad) : bad;
+  }
+  return found.defined() && found.item<bool>();  // one host sync for all gradients
+}
+
+void GradScaler::update(bool found_inf) {
+  if (found_inf) {
+    scale_ *= o_.backoff_factor;
+    good_steps_ = 0;
+  } else if (++good_steps_ == o_.growth_interval) {
+    scale_ *= o_.growth_factor;
+    good_steps_ = 0;
+  }
+}
+
+void GradScaler::set_state(double scale, int64_t good_steps) {
+  LLMTRAIN_CHECK(scale > 0 && std::isfinite(scale), "GradScaler: loss scale ", scale, " is not a positive number");
+  scale_ = scale;
+  good_steps_ = good_steps;
+}
+
+// ---- groups, norm, autocast ---------------------------------------------------------------------
+
+void split_decay(const std::vector<torch::Tensor>& params, std::vector<torch::Tensor>& decay,
+                 std::vector<torch::Tensor>& no_decay) {
+  for (const auto& p : params) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+}
+
+torch::Tensor global_grad_norm(const std::vector<torch::Tensor>& params) {
+  std::vector<torch::Tensor> norms;
+  for (const auto& p : params)
+    if (p.grad().defined()) norms.push_back(p.grad().to(torch::kFloat).norm());
+  if (norms.empty()) return torch::zeros({}, torch::kFloat);
+  return torch::stack(norms).norm();
+}
+
+AutocastScope::AutocastScope(torch::DeviceType device, Precision precision) : device_(device) {
+  if (precision != Precision::kBF16 && precision != Precision::kFP16) return;  // fp32, and bf16 parameters
+  active_ = true;
+  was_enabled_ = at::autocast::is_autocast_enabled(device_);
+  was_dtype_ = at::autocast::get_autocast_dtype(device_);
+  at::autocast::set_autocast_enabled(device_, true);
+  at::autocast::set_autocast_dtype(device_, precision == Precision::kBF16 ? torch::kBFloat16 : torch::kHalf);
+  at::autocast::increment_nesting();
+}
+
+AutocastScope::~AutocastScope() {
+  if (!active_) return;
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  at::autocast::set_autocast_enabled(device_, was_enabled_);
+  at::autocast::set_autocast_dtype(device_, was_dtype_);
+}
+
+// ---- MixedPrecisionOptimizer --------------------------------------------------------------------
+
+MixedPrecisionOptimizer::MixedPrecisionOptimizer(torch::nn::Module& model, OptimizerOptions options)
+    : o_(std::move(options)), scaler_(o_.scaler) {
+  o_.schedule.validate();
+  LLMTRAIN_CHECK(o_.beta1 >= 0 && o_.beta1 < 1 && o_.beta2 >= 0 && o_.beta2 < 1, "optimizer: betas (", o_.beta1, ", ",
+                 o_.beta2, ") must lie in [0, 1)");
+  LLMTRAIN_CHECK(o_.eps > 0, "optimizer: eps must be positive, got ", o_.eps);
+  LLMTRAIN_CHECK(o_.weight_decay >= 0, "optimizer: weight_decay must be >= 0, got ", o_.weight_decay);
+  if (o_.precision == Precision::kBF16Master) model.to(torch::kBFloat16);
+  for (const auto& p : model.parameters())
+    if (p.requires_grad()) params_.push_back(p);
+  LLMTRAIN_CHECK(!params_.empty(), "optimizer: the model has no trainable parameters");
+  for (const auto& p : params_)
+    masters_.push_back(o_.precision == Precision::kBF16Master ? p.detach().to(torch::kFloat).clone() : p);
+
+  std::vector<torch::Tensor> decay, no_decay;
+  split_decay(masters_, decay, no_decay);
+  const auto group_options = [&](double wd) {
+    return std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(o_.schedule.at(0))
+                                                            .betas({o_.beta1, o_.beta2})
+                                                            .eps(o_.eps)
+                                                            .weight_decay(wd));
+  };
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  if (!decay.empty()) groups.emplace_back(decay, group_options(o_.weight_decay));
+  if (!no_decay.empty()) groups.emplace_back(no_decay, group_options(0.0));
+  adamw_ = std::make_unique<torch::optim::AdamW>(groups, *group_options(o_.weight_decay));
+}
+
+MixedPrecisionOptimizer::~MixedPrecisionOptimizer() = default;
+
+torch::Tensor MixedPrecisionOptimizer::scale_loss(const torch::Tensor& loss) const {
+  return o_.precision == Precision::kFP16 ? scaler_.scale(loss) : loss;
+}
+
+torch::optim::AdamW& MixedPrecisionOptimizer::adamw() { return *adamw_; }
+
+void MixedPrecisionOptimizer::zero_grad() {
+  for (auto& p : params_) p.mutable_grad() = torch::Tensor();
+  if (o_.precision == Precision::kBF16Master)
+    for (auto& m : masters_) m.mutable_grad() = torch::Tensor();
+}
+
+void MixedPrecisionOptimizer::sync_params_from_masters() {
+  if (o_.precision != Precision::kBF16Master) return;
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) params_[i].copy_(masters_[i]);
+}
+
+StepInfo MixedPrecisionOptimizer::step(int64_t step) {
+  torch::NoGradGuard no_grad;
+  StepInfo info;
+  info.lr = o_.schedule.at(step);
+  if (o_.precision == Precision::kBF16Master)  // AdamW works on the fp32 masters
+    for (size_t i = 0; i < params_.size(); ++i)
+      masters_[i].mutable_grad() =
+          params_[i].grad().defined() ? params_[i].grad().to(torch::kFloat) : torch::zeros_like(masters_[i]);
+  std::vector<torch::Tensor> grads;
+  for (const auto& m : masters_) grads.push_back(m.grad());
+  const bool found_inf = o_.precision == Precision::kFP16 && scaler_.unscale_(grads);
+  info.grad_norm = global_grad_norm(masters_).item<double>();
+  info.skipped = found_inf || !std::isfinite(info.grad_norm);
+  if (!info.skipped) {
+    if (o_.grad_clip > 0 && info.grad_norm > o_.grad_clip)
+      for (auto& g : grads)
+        if (g.defined()) g.mul_(o_.grad_clip / (info.grad_norm + 1e-6));
+    for (auto& group : adamw_->param_groups()) group.options().set_lr(info.lr);
+    adamw_->step();
+    sync_params_from_masters();
+  }
+  if (o_.precision == Precision::kFP16) scaler_.update(info.skipped);
+  info.loss_scale = o_.precision == Precision::kFP16 ? scaler_.scale_value() : 1.0;
+  zero_grad();
+  return info;
+}
+
+}  // namespace llmtrain::optim
