@@ -20,3 +20,4 @@
 #include "llmtrain/tokenizer/gpt2_bpe.h"
 #include "llmtrain/tokenizer/sentencepiece.h"
 #include "llmtrain/tokenizer/tokenizer.h"
+#include "llmtrain/train/config.h"

@@ -1,0 +1,83 @@
+// A training run's configuration: one JSON file with sections model, data, train, eval, checkpoint and
+// sample, plus out_dir and device, and "--set section.key=value" overrides on top. Unknown keys and
+// values of the wrong type are errors that name the key and where it came from.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "llmtrain/nn/gpt2.h"
+#include "llmtrain/optim/optimizer.h"
+
+namespace llmtrain::train {
+
+struct ModelConfig {
+  std::string preset = "tiny";  // a GPT2Config preset; the fields below override it when set (> 0)
+  int64_t n_layer = 0, n_head = 0, n_embd = 0, block_size = 0, vocab_size = 0;
+  double dropout = 0.0;
+  nn::GPT2Config gpt2() const;
+};
+
+struct DataConfig {
+  std::string train;  // shard glob
+  std::string val;    // shard glob; empty: no evaluation data
+};
+
+struct TrainConfig {
+  int64_t batch_size = 8;           // per rank
+  int64_t seq_len = 128;          // at most the model's block_size
+  int64_t total_batch_tokens = 0;   // tokens per optimizer step over all ranks; 0: batch_size * seq_len * ranks
+  int64_t max_steps = 100;
+  double lr = 6e-4;
+  double min_lr_frac = 0.1;
+  int64_t warmup_steps = 0;
+  std::string schedule = "cosine";  // constant | cosine | linear | wsd
+  double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, grad_clip = 1.0;
+  std::string precision = "fp32";   // fp32 | bf16 | fp16 | bf16-master
+  uint64_t seed = 1337;
+};
+
+struct EvalConfig {
+  int64_t every = 0;    // steps; 0: only at the end
+  int64_t batches = 20;
+};
+
+struct CheckpointConfig {
+  int64_t every = 0;    // steps; 0: off
+  int64_t keep = 2;     // newest checkpoints kept
+};
+
+struct SampleConfig {
+  int64_t every = 0;    // steps; 0: off
+  int64_t tokens = 64;
+  std::string prompt;
+};
+
+/// The whole configuration.
+///   auto cfg = TrainerConfig::load("examples/configs/sotu_124m.json", {"train.max_steps=20"});
+struct TrainerConfig {
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  EvalConfig eval;
+  CheckpointConfig checkpoint;
+  SampleConfig sample;
+  std::string out_dir = "runs/default";
+  std::string device = "auto";  // auto | cpu | cuda
+
+  /// Parses JSON text; `source` names it in errors. Applies "a.b=value" overrides (values are JSON,
+  /// or plain strings) before checking. Throws llmtrain::Error naming the key for unknown keys, wrong
+  /// types and out-of-range values.
+  static TrainerConfig parse(const std::string& json_text, const std::string& source,
+                             const std::vector<std::string>& overrides = {});
+  /// Reads and parses a file.
+  static TrainerConfig load(const std::string& path, const std::vector<std::string>& overrides = {});
+  /// The configuration as JSON (every key, defaults included).
+  std::string to_json() const;
+
+  /// The optimizer options these settings describe.
+  optim::OptimizerOptions optimizer() const;
+};
+
+}  // namespace llmtrain::train

@@ -1,0 +1,69 @@
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "llmtrain/train/config.h"
+#include "test_util.h"
+
+using llmtrain::testing::expect_error;
+using llmtrain::train::TrainerConfig;
+
+namespace {
+const char* kConfig = R"({
+  "model": {"preset": "gpt2", "dropout": 0.0},
+  "data": {"train": "data/sotu/train_*.bin", "val": "data/sotu/val_*.bin"},
+  "train": {"batch_size": 16, "seq_len": 1024, "max_steps": 300, "lr": 6e-4, "warmup_steps": 30,
+            "schedule": "constant", "beta2": 0.95, "weight_decay": 0.1, "grad_clip": 1.0,
+            "precision": "bf16-master", "seed": 42},
+  "eval": {"every": 100, "batches": 10},
+  "checkpoint": {"every": 100, "keep": 3},
+  "out_dir": "runs/sotu"
+})";
+}
+
+TEST(TrainerConfig, ParsesSectionsAndKeepsDefaults) {
+  const auto c = TrainerConfig::parse(kConfig, "test.json");
+  EXPECT_EQ(c.model.gpt2().n_layer(), 12);
+  EXPECT_EQ(c.train.batch_size, 16);
+  EXPECT_EQ(c.train.seed, 42u);
+  EXPECT_EQ(c.train.precision, "bf16-master");
+  EXPECT_EQ(c.checkpoint.keep, 3);
+  EXPECT_EQ(c.sample.every, 0);     // default: off
+  EXPECT_EQ(c.device, "auto");      // default
+  EXPECT_DOUBLE_EQ(c.optimizer().schedule.at(100), 6e-4);
+  EXPECT_EQ(c.optimizer().precision, llmtrain::optim::Precision::kBF16Master);
+  // to_json writes every key; parsing it gives the same configuration.
+  const auto again = TrainerConfig::parse(c.to_json(), "roundtrip");
+  EXPECT_EQ(again.to_json(), c.to_json());
+}
+
+TEST(TrainerConfig, OverridesApplyBeforeChecks) {
+  const auto c = TrainerConfig::parse(kConfig, "test.json",
+                                      {"train.lr=3e-4", "data.train=other/train_*.bin", "sample.prompt=Hello there",
+                                       "model.n_layer=6", "device=cpu"});
+  EXPECT_DOUBLE_EQ(c.train.lr, 3e-4);
+  EXPECT_EQ(c.data.train, "other/train_*.bin");
+  EXPECT_EQ(c.sample.prompt, "Hello there");
+  EXPECT_EQ(c.model.gpt2().n_layer(), 6);
+  EXPECT_EQ(c.device, "cpu");
+}
+
+TEST(TrainerConfig, BadInputNamesTheKeyAndTheSource) {
+  expect_error([] { TrainerConfig::parse("{\"train\": {", "broken.json"); }, {"broken.json", "not valid JSON"});
+  expect_error([] { TrainerConfig::parse(R"({"train": {"lrr": 1}})", "a.json"); }, {"a.json", "unknown key \"train.lrr\""});
+  expect_error([] { TrainerConfig::parse(R"({"trian": {}})", "a.json"); }, {"unknown section \"trian\""});
+  expect_error([] { TrainerConfig::parse(R"({"speed": 3})", "a.json"); }, {"unknown key \"speed\""});
+  expect_error([] { TrainerConfig::parse(R"({"train": 3})", "a.json"); }, {"train must be an object"});
+  expect_error([] { TrainerConfig::parse(R"({"train": {"lr": "fast"}})", "a.json"); }, {"train.lr must be a number", "\"fast\""});
+  expect_error([] { TrainerConfig::parse(R"({"train": {"batch_size": 2.5}})", "a.json"); }, {"train.batch_size must be an integer"});
+  expect_error([] { TrainerConfig::parse(R"({"train": {"seed": -1}})", "a.json"); }, {"train.seed must be a non-negative integer"});
+  expect_error([] { TrainerConfig::parse(R"({"train": {"batch_size": 0}})", "a.json"); }, {"train.batch_size must be at least 1"});
+  expect_error([] { TrainerConfig::parse(R"({"train": {"precision": "int8"}})", "a.json"); }, {"a.json", "precision \"int8\""});
+  expect_error([] { TrainerConfig::parse(R"({"train": {"schedule": "step"}})", "a.json"); }, {"schedule \"step\""});
+  expect_error([] { TrainerConfig::parse(R"({"model": {"preset": "gpt5"}})", "a.json"); }, {"unknown preset \"gpt5\""});
+  expect_error([] { TrainerConfig::parse(R"({"train": {"seq_len": 4096}, "model": {"preset": "gpt2"}})", "a.json"); },
+               {"train.seq_len 4096 exceeds the model's block_size 1024"});
+  expect_error([] { TrainerConfig::parse("{}", "a.json", {"train.speed=3"}); }, {"--set train.speed=3", "unknown key"});
+  expect_error([] { TrainerConfig::parse("{}", "a.json", {"train.lr"}); }, {"--set train.lr", "key=value"});
+  expect_error([] { TrainerConfig::parse("{}", "a.json", {"device=tpu"}); }, {"device must be auto, cpu or cuda"});
+  expect_error([] { TrainerConfig::load("/nonexistent/config.json"); }, {"/nonexistent/config.json"});
+}
