@@ -21,3 +21,4 @@
 #include "llmtrain/tokenizer/sentencepiece.h"
 #include "llmtrain/tokenizer/tokenizer.h"
 #include "llmtrain/train/config.h"
+#include "llmtrain/train/trainer.h"

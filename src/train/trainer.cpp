@@ -1,0 +1,359 @@
+#include "llmtrain/train/trainer.h"
+
+#include <ATen/Context.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <nlohmann/json.hpp>
+#include <torch/cuda.h>
+#include <torch/serialize.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+#include "llmtrain/core/error.h"
+#include "llmtrain/core/fs.h"
+#include "llmtrain/data/dataloader.h"
+#include "llmtrain/optim/optimizer.h"
+
+namespace llmtrain::train {
+namespace {
+
+using Json = nlohmann::json;
+constexpr const char* kFormat = "llmtrain-checkpoint";
+constexpr int kVersion = 1;
+
+std::atomic<bool> g_stop{false};
+extern "C" void on_stop_signal(int) { g_stop = true; }
+
+torch::Device resolve_device(const std::string& name) {
+  if (name == "cpu") return torch::kCPU;
+  const bool cuda = torch::cuda::is_available();
+  LLMTRAIN_CHECK(cuda || name == "auto", "device \"cuda\" asked for, but no CUDA device is visible");
+  return cuda ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+}
+
+std::string step_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step_%08lld", static_cast<long long>(step));
+  return buf;
+}
+
+// Complete checkpoints (step_XXXXXXXX with a state.json, written last) under `dir`, oldest first.
+std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return out;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.size() != 13 || name.rfind("step_", 0) != 0 ||
+        name.find_first_not_of("0123456789", 5) != std::string::npos)
+      continue;  // temporary folders ("step_XXXXXXXX.tmp.PID") never count
+    if (fs::exists(dir + "/" + name + "/state.json")) out.emplace_back(std::stoll(name.substr(5)), dir + "/" + name);
+  }
+  ::closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void fsync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+Json model_shape(const nn::GPT2Config& c) {
+  return {{"vocab_size", c.vocab_size()}, {"block_size", c.block_size()}, {"n_layer", c.n_layer()},
+          {"n_head", c.n_head()}, {"n_embd", c.n_embd()}};
+}
+
+std::string format_duration(double s) {
+  char buf[32];
+  const long t = long(s + 0.5);
+  if (t >= 3600) std::snprintf(buf, sizeof buf, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+  else std::snprintf(buf, sizeof buf, "%ldm%02lds", t / 60, t % 60);
+  return buf;
+}
+
+}  // namespace
+
+struct Trainer::Impl {
+  TrainerConfig cfg;
+  torch::Device device = torch::kCPU;
+  nn::GPT2 model{nullptr};
+  std::unique_ptr<optim::MixedPrecisionOptimizer> opt;
+  std::unique_ptr<data::DataLoader> train, val;
+  int64_t accum = 1;
+  int64_t step = 0;
+  double elapsed_before = 0;  // seconds of earlier runs (resumed)
+  std::function<void(const StepRecord&)> callback;
+  bool stop_requested = false;
+  struct sigaction old_int{}, old_term{};
+
+  std::string checkpoints_dir() const { return cfg.out_dir + "/checkpoints"; }
+  std::string metrics_path() const { return cfg.out_dir + "/metrics.jsonl"; }
+
+  data::DataLoaderOptions loader_options(const std::string& pattern, bool shuffle) const {
+    data::DataLoaderOptions o;
+    o.pattern = pattern;
+    o.batch_size = cfg.train.batch_size;
+    o.seq_len = cfg.train.seq_len;
+    o.seed = cfg.train.seed;
+    o.shuffle = shuffle;
+    o.vocab_size = cfg.model.gpt2().vocab_size();
+    o.device = device;
+    return o;
+  }
+
+  void append_metrics(const Json& record) {
+    std::ofstream out(metrics_path(), std::ios::app);
+    out << record.dump() << "\n";
+    out.flush();
+  }
+};
+
+Trainer::Trainer(TrainerConfig config) : impl_(std::make_unique<Impl>()) {
+  Impl& d = *impl_;
+  d.cfg = std::move(config);
+  const auto& c = d.cfg;
+  d.device = resolve_device(c.device);
+  LLMTRAIN_CHECK(!c.data.train.empty(), "data.train is empty: give a glob of training shards");
+  const int64_t micro = c.train.batch_size * c.train.seq_len;  // tokens per micro-batch (one rank)
+  const int64_t total = c.train.total_batch_tokens > 0 ? c.train.total_batch_tokens : micro;
+  LLMTRAIN_CHECK(total % micro == 0, "train.total_batch_tokens ", total, " is not a multiple of batch_size x seq_len = ",
+                 micro);
+  d.accum = total / micro;
+
+  torch::manual_seed(c.train.seed);
+  d.model = nn::GPT2(c.model.gpt2());
+  d.model->to(d.device);
+  d.opt = std::make_unique<optim::MixedPrecisionOptimizer>(*d.model, c.optimizer());
+  d.train = std::make_unique<data::DataLoader>(d.loader_options(c.data.train, true));
+  // Evaluation always reads the same batches: the val shards (else the train shards) in file order.
+  d.val = std::make_unique<data::DataLoader>(d.loader_options(c.data.val.empty() ? c.data.train : c.data.val, false));
+
+  fs::make_dirs(c.out_dir);
+  fs::write_file_atomic(c.out_dir + "/config.json", c.to_json());
+  g_stop = false;
+  struct sigaction sa{};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, &d.old_int);
+  ::sigaction(SIGTERM, &sa, &d.old_term);
+}
+
+Trainer::~Trainer() {
+  ::sigaction(SIGINT, &impl_->old_int, nullptr);
+  ::sigaction(SIGTERM, &impl_->old_term, nullptr);
+}
+
+int64_t Trainer::step() const { return impl_->step; }
+nn::GPT2& Trainer::model() { return impl_->model; }
+const TrainerConfig& Trainer::config() const { return impl_->cfg; }
+int64_t Trainer::grad_accum_steps() const { return impl_->accum; }
+void Trainer::on_step(std::function<void(const StepRecord&)> callback) { impl_->callback = std::move(callback); }
+void Trainer::request_stop() { impl_->stop_requested = true; }
+
+double Trainer::evaluate() {
+  Impl& d = *impl_;
+  d.model->eval();
+  torch::NoGradGuard no_grad;
+  d.val->load_state({0, 0, 0});
+  torch::Tensor sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(d.device));
+  for (int64_t i = 0; i < d.cfg.eval.batches; ++i) {
+    const auto b = d.val->next();
+    optim::AutocastScope amp(d.device.type(), d.opt->options().precision);
+    sum += d.model(b.inputs, b.targets).loss.to(torch::kDouble);
+  }
+  d.model->train();
+  return sum.item<double>() / double(d.cfg.eval.batches);
+}
+
+int64_t Trainer::run() {
+  Impl& d = *impl_;
+  const auto& c = d.cfg;
+  const bool tty = ::isatty(STDOUT_FILENO);
+  const int64_t print_every = std::max<int64_t>(1, c.train.max_steps / 20);
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t first_step = d.step;
+  int64_t last_eval = -1, last_checkpoint = -1;
+  d.model->train();
+  while (d.step < c.train.max_steps && !g_stop && !d.stop_requested) {
+    const auto t0 = std::chrono::steady_clock::now();
+    torch::Tensor loss_sum;
+    for (int64_t micro = 0; micro < d.accum; ++micro) {
+      const auto batch = d.train->next();
+      torch::Tensor loss;
+      {
+        optim::AutocastScope amp(d.device.type(), d.opt->options().precision);
+        loss = d.model(batch.inputs, batch.targets).loss;
+      }
+      d.opt->scale_loss(loss / double(d.accum)).backward();
+      loss_sum = loss_sum.defined() ? loss_sum + loss.detach() : loss.detach();
+    }
+    const auto info = d.opt->step(d.step);
+    StepRecord r;
+    r.loss = loss_sum.item<double>() / double(d.accum);  // the one host sync of the step, for the log
+    ++d.step;
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    r.step = d.step;
+    r.lr = info.lr;
+    r.grad_norm = info.grad_norm;
+    r.skipped = info.skipped;
+    r.tokens_per_s = double(d.accum * c.train.batch_size * c.train.seq_len) / dt;
+    r.elapsed_s = d.elapsed_before + run_s;
+    Json line = {{"type", "train"}, {"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
+                 {"tokens_per_s", r.tokens_per_s}, {"elapsed_s", r.elapsed_s}};
+    if (r.skipped) line["skipped"] = true;
+    d.append_metrics(line);
+
+    const double eta = run_s / double(d.step - first_step) * double(c.train.max_steps - d.step);
+    char progress[160];
+    std::snprintf(progress, sizeof progress, "step %lld/%lld | loss %.4f | lr %.2e | %.1fK tok/s | ETA %s",
+                  static_cast<long long>(d.step), static_cast<long long>(c.train.max_steps), r.loss, r.lr,
+                  r.tokens_per_s / 1e3, format_duration(eta).c_str());
+    if (tty) std::printf("\r%-100s", progress);
+    else if (d.step % print_every == 0 || d.step == c.train.max_steps) std::printf("%s\n", progress);
+    std::fflush(stdout);
+    if (d.callback) d.callback(r);
+
+    if (c.eval.every > 0 && d.step % c.eval.every == 0) {
+      const double v = evaluate();
+      d.append_metrics({{"type", "eval"}, {"step", d.step}, {"val_loss", v}});
+      std::printf("%sstep %lld: val loss %.4f\n", tty ? "\n" : "", static_cast<long long>(d.step), v);
+      last_eval = d.step;
+    }
+    if (c.checkpoint.every > 0 && d.step % c.checkpoint.every == 0) {
+      save_checkpoint();
+      last_checkpoint = d.step;
+    }
+  }
+  if (tty) std::printf("\n");
+  const bool interrupted = d.step < c.train.max_steps;
+  if (interrupted) {
+    std::printf("stopping at step %lld: writing a checkpoint\n", static_cast<long long>(d.step));
+    if (last_checkpoint != d.step) save_checkpoint();
+    return d.step;
+  }
+  if (last_eval != d.step) {
+    const double v = evaluate();
+    d.append_metrics({{"type", "eval"}, {"step", d.step}, {"val_loss", v}});
+    std::printf("step %lld: val loss %.4f\n", static_cast<long long>(d.step), v);
+  }
+  if (c.checkpoint.every > 0 && last_checkpoint != d.step) save_checkpoint();
+  return d.step;
+}
+
+void Trainer::save_checkpoint() {
+  Impl& d = *impl_;
+  const std::string dir = d.checkpoints_dir(), final_dir = dir + "/" + step_name(d.step);
+  const std::string tmp = final_dir + ".tmp." + std::to_string(::getpid());
+  fs::remove_tree(tmp);
+  fs::make_dirs(tmp);
+  torch::save(d.model, tmp + "/model.pt");
+  torch::save(d.opt->adamw(), tmp + "/optimizer.pt");
+  if (d.opt->options().precision == optim::Precision::kBF16Master) torch::save(d.opt->master_params(), tmp + "/master.pt");
+  std::vector<torch::Tensor> rng = {at::globalContext().defaultGenerator(at::kCPU).get_state()};
+  if (d.device.is_cuda()) rng.push_back(at::globalContext().defaultGenerator(d.device).get_state());
+  torch::save(rng, tmp + "/rng.pt");
+  const auto loader = d.train->state();
+  const Json state = {{"format", kFormat},
+                      {"version", kVersion},
+                      {"step", d.step},
+                      {"elapsed_s", d.elapsed_before},
+                      {"model", model_shape(d.cfg.model.gpt2())},
+                      {"precision", d.cfg.train.precision},
+                      {"scaler", {{"scale", d.opt->scaler().scale_value()}, {"good_steps", d.opt->scaler().good_steps()}}},
+                      {"train_loader", {{"epoch", loader.epoch}, {"shard", loader.shard}, {"position", loader.position}}},
+                      {"config", Json::parse(d.cfg.to_json())}};
+  for (const char* f : {"model.pt", "optimizer.pt", "master.pt", "rng.pt"})
+    if (fs::exists(tmp + "/" + f)) fsync_path(tmp + "/" + f);
+  fs::write_file_atomic(tmp + "/state.json", state.dump(2));  // last: marks the folder complete
+  fs::remove_tree(final_dir);
+  LLMTRAIN_CHECK(::rename(tmp.c_str(), final_dir.c_str()) == 0, "cannot rename ", tmp, " to ", final_dir);
+  fsync_path(dir);
+  const auto all = list_checkpoints(dir);
+  for (size_t i = 0; i + size_t(d.cfg.checkpoint.keep) < all.size(); ++i) fs::remove_tree(all[i].second);
+}
+
+bool Trainer::resume_if_possible() {
+  Impl& d = *impl_;
+  const auto all = list_checkpoints(d.checkpoints_dir());
+  if (all.empty()) return false;
+  const std::string dir = all.back().second;
+  Json state;
+  try {
+    state = Json::parse(fs::read_file(dir + "/state.json"));
+  } catch (const Json::exception& e) {
+    LLMTRAIN_CHECK(false, "checkpoint ", dir, ": state.json is not valid JSON (", e.what(), ")");
+  }
+  LLMTRAIN_CHECK(state.value("format", "") == kFormat && state.value("version", 0) == kVersion, "checkpoint ", dir,
+                 ": not an llmtrain checkpoint of version ", kVersion);
+  const Json want = model_shape(d.cfg.model.gpt2());
+  for (const auto& [key, value] : want.items())
+    LLMTRAIN_CHECK(state["model"].value(key, Json()) == value, "checkpoint ", dir, " holds a model with ", key, " ",
+                   state["model"].value(key, Json()).dump(), "; this config has ", value.dump());
+  LLMTRAIN_CHECK(state.value("precision", "") == d.cfg.train.precision, "checkpoint ", dir, " was trained in ",
+                 state.value("precision", ""), "; this config asks for ", d.cfg.train.precision);
+  const auto load = [&](const char* file, auto&& body) {
+    try {
+      body(dir + "/" + file);
+    } catch (const c10::Error& e) {
+      LLMTRAIN_CHECK(false, "checkpoint ", dir, ": cannot load ", file, " (", e.what_without_backtrace(), ")");
+    }
+  };
+  load("model.pt", [&](const std::string& p) { torch::load(d.model, p); });
+  load("optimizer.pt", [&](const std::string& p) { torch::load(d.opt->adamw(), p); });
+  if (d.opt->options().precision == optim::Precision::kBF16Master) {
+    load("master.pt", [&](const std::string& p) {
+      std::vector<torch::Tensor> masters;
+      torch::load(masters, p);
+      LLMTRAIN_CHECK(masters.size() == d.opt->master_params().size(), "checkpoint ", dir, ": master.pt holds ",
+                     masters.size(), " tensors, expected ", d.opt->master_params().size());
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < masters.size(); ++i) d.opt->master_params()[i].copy_(masters[i]);
+      d.opt->sync_params_from_masters();
+    });
+  }
+  load("rng.pt", [&](const std::string& p) {
+    std::vector<torch::Tensor> rng;
+    torch::load(rng, p);
+    const auto restore = [](at::Generator gen, const torch::Tensor& s) {  // a handle: shares the default one
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(s);
+    };
+    restore(at::globalContext().defaultGenerator(at::kCPU), rng.at(0));
+    if (d.device.is_cuda() && rng.size() > 1) restore(at::globalContext().defaultGenerator(d.device), rng[1]);
+  });
+  d.step = state["step"].get<int64_t>();
+  d.elapsed_before = state["elapsed_s"].get<double>();
+  d.opt->scaler().set_state(state["scaler"]["scale"].get<double>(), state["scaler"]["good_steps"].get<int64_t>());
+  const auto& l = state["train_loader"];
+  d.train->load_state({l["epoch"].get<int64_t>(), l["shard"].get<int64_t>(), l["position"].get<int64_t>()});
+
+  // Records of steps after the checkpoint belong to the run that stopped; the resumed run writes them anew.
+  if (fs::exists(d.metrics_path())) {
+    std::istringstream in(fs::read_file(d.metrics_path()));
+    std::string kept, line;
+    while (std::getline(in, line)) {
+      try {
+        if (Json::parse(line).value("step", int64_t(0)) <= d.step) kept += line + "\n";
+      } catch (const Json::exception&) {  // a line cut by a crash
+      }
+    }
+    fs::write_file_atomic(d.metrics_path(), kept);
+  }
+  std::printf("resumed from %s (step %lld)\n", dir.c_str(), static_cast<long long>(d.step));
+  return true;
+}
+
+}  // namespace llmtrain::train
