@@ -10,6 +10,7 @@
 #include "llmtrain/data/prepare.h"
 #include "llmtrain/data/sft.h"
 #include "llmtrain/data/shard.h"
+#include "llmtrain/infer/generate.h"
 #include "llmtrain/nn/gpt2.h"
 #include "llmtrain/ops/attention.h"
 #include "llmtrain/ops/cross_entropy.h"

@@ -356,4 +356,29 @@ bool Trainer::resume_if_possible() {
   return true;
 }
 
+nn::GPT2 load_checkpoint_model(const std::string& path) {
+  std::string dir = path;
+  if (!fs::exists(dir + "/state.json")) {
+    const auto all = list_checkpoints(path + "/checkpoints");
+    LLMTRAIN_CHECK(!all.empty(), path, " is neither a checkpoint folder (with state.json) nor a run folder with checkpoints/");
+    dir = all.back().second;
+  }
+  Json state;
+  try {
+    state = Json::parse(fs::read_file(dir + "/state.json"));
+  } catch (const Json::exception& e) {
+    LLMTRAIN_CHECK(false, "checkpoint ", dir, ": state.json is not valid JSON (", e.what(), ")");
+  }
+  LLMTRAIN_CHECK(state.value("format", "") == kFormat, "checkpoint ", dir, ": not an llmtrain checkpoint");
+  const auto cfg = TrainerConfig::parse(state["config"].dump(), dir + "/state.json");
+  nn::GPT2 model(cfg.model.gpt2());
+  if (cfg.train.precision == "bf16-master") model->to(torch::kBFloat16);
+  try {
+    torch::load(model, dir + "/model.pt");
+  } catch (const c10::Error& e) {
+    LLMTRAIN_CHECK(false, "checkpoint ", dir, ": cannot load model.pt (", e.what_without_backtrace(), ")");
+  }
+  return model;
+}
+
 }  // namespace llmtrain::train

@@ -116,6 +116,13 @@ TEST(Trainer, MetricsLinesParseAndCheckpointsRotate) {
   EXPECT_FALSE(llmtrain::fs::exists(ckpt + "/step_00000010"));  // keep = 2
   EXPECT_TRUE(llmtrain::fs::exists(ckpt + "/step_00000015/state.json"));
   EXPECT_TRUE(llmtrain::fs::exists(ckpt + "/step_00000020/model.pt"));
+  // The newest checkpoint's model is the trained model.
+  auto loaded = llmtrain::train::load_checkpoint_model(run.dir.path + "/m");
+  const auto idx = torch::randint(4099, {2, 16}, torch::kLong);
+  torch::NoGradGuard no_grad;
+  t.model()->eval();
+  EXPECT_TRUE(torch::equal(loaded->forward(idx).logits, t.model()->forward(idx).logits));
+  expect_error([&] { llmtrain::train::load_checkpoint_model(run.dir.path); }, {"neither a checkpoint folder"});
 }
 
 TEST(Trainer, SignalFinishesTheStepAndLeavesAResumableCheckpoint) {

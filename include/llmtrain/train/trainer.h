@@ -57,4 +57,9 @@ class Trainer {
   std::unique_ptr<Impl> impl_;
 };
 
+/// The model of a checkpoint: `path` is a checkpoint folder (…/checkpoints/step_XXXXXXXX) or a run's
+/// out_dir, whose newest complete checkpoint is taken. Throws llmtrain::Error naming what is missing.
+///   auto model = llmtrain::train::load_checkpoint_model("runs/sotu_gpt2_124m");
+nn::GPT2 load_checkpoint_model(const std::string& path);
+
 }  // namespace llmtrain::train
