@@ -126,6 +126,8 @@ Trainer::Trainer(TrainerConfig config) : impl_(std::make_unique<Impl>()) {
   const auto& c = d.cfg;
   d.device = resolve_device(c.device);
   LLMTRAIN_CHECK(!c.data.train.empty(), "data.train is empty: give a glob of training shards");
+  LLMTRAIN_CHECK(c.sample.every == 0, "sample.every ", c.sample.every,
+                 ": sampling during training is not built yet; use build/bin/generate_gpt2 on a checkpoint");
   const int64_t micro = c.train.batch_size * c.train.seq_len;  // tokens per micro-batch (one rank)
   const int64_t total = c.train.total_batch_tokens > 0 ? c.train.total_batch_tokens : micro;
   LLMTRAIN_CHECK(total % micro == 0, "train.total_batch_tokens ", total, " is not a multiple of batch_size x seq_len = ",

@@ -145,6 +145,7 @@ TEST(Trainer, SignalFinishesTheStepAndLeavesAResumableCheckpoint) {
 TEST(Trainer, BadInputIsAClearErrorAndLosesNothing) {
   RunFolder run;
   expect_error([&] { Trainer t(run.config("x", {"data.train=" + run.dir.path + "/none_*.bin"})); }, {"no shard matches"});
+  expect_error([&] { Trainer t(run.config("x", {"sample.every=5"})); }, {"sample.every 5", "not built yet"});
   expect_error([&] { Trainer t(run.config("x", {"train.total_batch_tokens=100"})); },
                {"total_batch_tokens 100", "batch_size x seq_len = 128"});
   {
