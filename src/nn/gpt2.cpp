@@ -174,10 +174,7 @@ torch::Tensor GPT2TransformerImpl::forward(const torch::Tensor& idx) {
 
 // ---- GPT2 ---------------------------------------------------------------------------------------
 
-GPT2Impl::GPT2Impl(GPT2Config cfg_) : cfg(std::move(cfg_)) {
-  cfg.validate();
-  reset();
-}
+GPT2Impl::GPT2Impl(GPT2Config cfg_) : cfg(std::move(cfg_)) { reset(); }  // the body validates cfg
 
 void GPT2Impl::reset() { transformer = register_module("transformer", GPT2Transformer(cfg)); }
 

@@ -83,6 +83,29 @@ std::string format_duration(double s) {
   return buf;
 }
 
+// The checkpoint's state.json, checked to be ours and of this version.
+Json read_state(const std::string& dir) {
+  Json state;
+  try {
+    state = Json::parse(fs::read_file(dir + "/state.json"));
+  } catch (const Json::exception& e) {
+    LLMTRAIN_CHECK(false, "checkpoint ", dir, ": state.json is not valid JSON (", e.what(), ")");
+  }
+  LLMTRAIN_CHECK(state.value("format", "") == kFormat && state.value("version", 0) == kVersion, "checkpoint ", dir,
+                 ": not an llmtrain checkpoint of version ", kVersion);
+  return state;
+}
+
+// Runs `body(dir/file)`, turning LibTorch's load errors into one naming the checkpoint and the file.
+template <typename F>
+void load_part(const std::string& dir, const char* file, F&& body) {
+  try {
+    body(dir + "/" + file);
+  } catch (const c10::Error& e) {
+    LLMTRAIN_CHECK(false, "checkpoint ", dir, ": cannot load ", file, " (", e.what_without_backtrace(), ")");
+  }
+}
+
 }  // namespace
 
 struct Trainer::Impl {
@@ -292,27 +315,14 @@ bool Trainer::resume_if_possible() {
   const auto all = list_checkpoints(d.checkpoints_dir());
   if (all.empty()) return false;
   const std::string dir = all.back().second;
-  Json state;
-  try {
-    state = Json::parse(fs::read_file(dir + "/state.json"));
-  } catch (const Json::exception& e) {
-    LLMTRAIN_CHECK(false, "checkpoint ", dir, ": state.json is not valid JSON (", e.what(), ")");
-  }
-  LLMTRAIN_CHECK(state.value("format", "") == kFormat && state.value("version", 0) == kVersion, "checkpoint ", dir,
-                 ": not an llmtrain checkpoint of version ", kVersion);
+  const Json state = read_state(dir);
   const Json want = model_shape(d.cfg.model.gpt2());
   for (const auto& [key, value] : want.items())
     LLMTRAIN_CHECK(state["model"].value(key, Json()) == value, "checkpoint ", dir, " holds a model with ", key, " ",
                    state["model"].value(key, Json()).dump(), "; this config has ", value.dump());
   LLMTRAIN_CHECK(state.value("precision", "") == d.cfg.train.precision, "checkpoint ", dir, " was trained in ",
                  state.value("precision", ""), "; this config asks for ", d.cfg.train.precision);
-  const auto load = [&](const char* file, auto&& body) {
-    try {
-      body(dir + "/" + file);
-    } catch (const c10::Error& e) {
-      LLMTRAIN_CHECK(false, "checkpoint ", dir, ": cannot load ", file, " (", e.what_without_backtrace(), ")");
-    }
-  };
+  const auto load = [&](const char* file, auto&& body) { load_part(dir, file, body); };
   load("model.pt", [&](const std::string& p) { torch::load(d.model, p); });
   load("optimizer.pt", [&](const std::string& p) { torch::load(d.opt->adamw(), p); });
   if (d.opt->options().precision == optim::Precision::kBF16Master) {
@@ -365,21 +375,11 @@ nn::GPT2 load_checkpoint_model(const std::string& path) {
     LLMTRAIN_CHECK(!all.empty(), path, " is neither a checkpoint folder (with state.json) nor a run folder with checkpoints/");
     dir = all.back().second;
   }
-  Json state;
-  try {
-    state = Json::parse(fs::read_file(dir + "/state.json"));
-  } catch (const Json::exception& e) {
-    LLMTRAIN_CHECK(false, "checkpoint ", dir, ": state.json is not valid JSON (", e.what(), ")");
-  }
-  LLMTRAIN_CHECK(state.value("format", "") == kFormat, "checkpoint ", dir, ": not an llmtrain checkpoint");
+  const Json state = read_state(dir);
   const auto cfg = TrainerConfig::parse(state["config"].dump(), dir + "/state.json");
   nn::GPT2 model(cfg.model.gpt2());
   if (cfg.train.precision == "bf16-master") model->to(torch::kBFloat16);
-  try {
-    torch::load(model, dir + "/model.pt");
-  } catch (const c10::Error& e) {
-    LLMTRAIN_CHECK(false, "checkpoint ", dir, ": cannot load model.pt (", e.what_without_backtrace(), ")");
-  }
+  load_part(dir, "model.pt", [&](const std::string& p) { torch::load(model, p); });
   return model;
 }
 
