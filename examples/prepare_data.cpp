@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   app.add_option("--val-files", o.val_files, "files (or folders) whose documents go to val")->excludes(frac);
   app.add_option("--seed", o.seed, "seed of the val-fraction pick")->capture_default_str();
   app.add_option("--text-field", o.text_field, "JSONL field holding the text")->capture_default_str();
+  app.add_option("--doc-separator", o.separator, "in text files, a line equal to this ends a document (e.g. %)");
   app.add_option("--shard-tokens", o.shard_tokens, "most tokens per shard")->capture_default_str();
   app.add_option("--threads", o.threads, "tokenizing threads (0: every core)")->capture_default_str();
   app.add_flag("--skip-bad-lines", o.skip_bad_lines, "skip and count malformed JSONL lines instead of failing");

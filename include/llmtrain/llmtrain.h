@@ -10,6 +10,7 @@
 #include "llmtrain/data/prepare.h"
 #include "llmtrain/data/sft.h"
 #include "llmtrain/data/shard.h"
+#include "llmtrain/dist/communicator.h"
 #include "llmtrain/infer/generate.h"
 #include "llmtrain/nn/gpt2.h"
 #include "llmtrain/ops/attention.h"
@@ -22,4 +23,5 @@
 #include "llmtrain/tokenizer/sentencepiece.h"
 #include "llmtrain/tokenizer/tokenizer.h"
 #include "llmtrain/train/config.h"
+#include "llmtrain/train/plot.h"
 #include "llmtrain/train/trainer.h"

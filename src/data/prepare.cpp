@@ -100,7 +100,8 @@ class DocumentReader {
       if (!ends_with(path, ".jsonl")) {
         std::string text = fs::read_file(path);
         bytes += int64_t(text.size());
-        batch.push_back({std::move(text), path, val});
+        if (o_.separator.empty()) batch.push_back({std::move(text), path, val});
+        else split_documents(text, path, val, batch);
         ++file_;
         continue;
       }
@@ -130,6 +131,30 @@ class DocumentReader {
   }
 
   int64_t done_bytes() const { return std::min(done_bytes_, total_bytes_); }
+
+  // The documents of `text` between lines equal to the separator; blank ones are dropped.
+  void split_documents(const std::string& text, const std::string& path, bool val, std::vector<Document>& batch) const {
+    size_t start = 0, line_no = 1, doc_line = 1;
+    const auto emit = [&](size_t end) {
+      if (text.find_first_not_of(" \t\r\n", start) < end)
+        batch.push_back({text.substr(start, end - start), path + ":" + std::to_string(doc_line), val});
+    };
+    for (size_t pos = 0; pos < text.size();) {
+      size_t eol = text.find('\n', pos);
+      if (eol == std::string::npos) eol = text.size();
+      const std::string_view line(text.data() + pos, eol - pos);
+      const bool sep = line == o_.separator || (line.size() == o_.separator.size() + 1 && line.back() == '\r' &&
+                                                line.substr(0, o_.separator.size()) == o_.separator);
+      if (sep) {
+        emit(pos);
+        start = std::min(eol + 1, text.size());
+        doc_line = line_no + 1;
+      }
+      pos = eol + 1;
+      ++line_no;
+    }
+    emit(text.size());
+  }
 
  private:
   const PrepareOptions& o_;

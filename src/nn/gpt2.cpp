@@ -206,4 +206,8 @@ int64_t GPT2Impl::num_parameters() const {
   return n - (cfg.padded_vocab_size() - cfg.vocab_size()) * cfg.n_embd();
 }
 
+double GPT2Impl::flops_per_token(int64_t seq_len) const {
+  return 6.0 * double(num_parameters()) + 12.0 * double(cfg.n_layer() * cfg.n_embd() * seq_len);
+}
+
 }  // namespace llmtrain::nn

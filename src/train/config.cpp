@@ -13,7 +13,7 @@ namespace llmtrain::train {
 namespace {
 
 using Json = nlohmann::json;
-using FieldPtr = std::variant<int64_t*, uint64_t*, double*, std::string*>;
+using FieldPtr = std::variant<int64_t*, uint64_t*, double*, bool*, std::string*>;
 
 struct Field {
   std::string key;  // "train.lr", or "out_dir" at the top
@@ -25,8 +25,11 @@ std::vector<Field> fields(TrainerConfig& c) {
       {"model.preset", &c.model.preset},         {"model.n_layer", &c.model.n_layer},
       {"model.n_head", &c.model.n_head},         {"model.n_embd", &c.model.n_embd},
       {"model.block_size", &c.model.block_size}, {"model.vocab_size", &c.model.vocab_size},
-      {"model.dropout", &c.model.dropout},       {"data.train", &c.data.train},
-      {"data.val", &c.data.val},                 {"train.batch_size", &c.train.batch_size},
+      {"model.dropout", &c.model.dropout},       {"model.init_from", &c.model.init_from},
+      {"data.train", &c.data.train},             {"data.val", &c.data.val},
+      {"data.format", &c.data.format},           {"data.pack", &c.data.pack},
+      {"tokenizer.kind", &c.tokenizer.kind},     {"tokenizer.path", &c.tokenizer.path},
+      {"train.batch_size", &c.train.batch_size},
       {"train.seq_len", &c.train.seq_len},       {"train.total_batch_tokens", &c.train.total_batch_tokens},
       {"train.max_steps", &c.train.max_steps},   {"train.lr", &c.train.lr},
       {"train.min_lr_frac", &c.train.min_lr_frac}, {"train.warmup_steps", &c.train.warmup_steps},
@@ -37,6 +40,7 @@ std::vector<Field> fields(TrainerConfig& c) {
       {"eval.batches", &c.eval.batches},         {"checkpoint.every", &c.checkpoint.every},
       {"checkpoint.keep", &c.checkpoint.keep},   {"sample.every", &c.sample.every},
       {"sample.tokens", &c.sample.tokens},       {"sample.prompt", &c.sample.prompt},
+      {"sample.temperature", &c.sample.temperature}, {"sample.top_k", &c.sample.top_k},
       {"out_dir", &c.out_dir},                   {"device", &c.device},
   };
 }
@@ -65,6 +69,9 @@ void assign(const Field& f, const Json& v, const std::string& source) {
         if constexpr (std::is_same_v<T, std::string>) {
           if (!v.is_string()) wrong("a string");
           *p = v.get<std::string>();
+        } else if constexpr (std::is_same_v<T, bool>) {
+          if (!v.is_boolean()) wrong("true or false");
+          *p = v.get<bool>();
         } else if constexpr (std::is_same_v<T, double>) {
           if (!v.is_number()) wrong("a number");
           *p = v.get<double>();
@@ -94,9 +101,19 @@ void validate(const TrainerConfig& c, const std::string& source) {
   at_least("checkpoint.keep", c.checkpoint.keep, 1);
   at_least("sample.every", c.sample.every, 0);
   at_least("sample.tokens", c.sample.tokens, 1);
+  at_least("sample.top_k", c.sample.top_k, 0);
+  LLMTRAIN_CHECK(c.sample.temperature >= 0, source, ": sample.temperature must be >= 0, got ", c.sample.temperature);
   LLMTRAIN_CHECK(c.device == "auto" || c.device == "cpu" || c.device == "cuda", source, ": device must be auto, cpu or cuda, got \"",
                  c.device, "\"");
   LLMTRAIN_CHECK(!c.out_dir.empty(), source, ": out_dir is empty");
+  LLMTRAIN_CHECK(c.data.format == "auto" || c.data.format == "shards" || c.data.format == "sft", source,
+                 ": data.format must be auto, shards or sft, got \"", c.data.format, "\"");
+  LLMTRAIN_CHECK(c.tokenizer.kind.empty() || c.tokenizer.kind == "gpt2" || c.tokenizer.kind == "sentencepiece", source,
+                 ": tokenizer.kind must be gpt2 or sentencepiece (or empty), got \"", c.tokenizer.kind, "\"");
+  LLMTRAIN_CHECK(!c.sft() || !c.tokenizer.kind.empty(), source, ": data.train ", c.data.train,
+                 " is SFT JSONL, which needs tokenizer.kind (gpt2 or sentencepiece)");
+  LLMTRAIN_CHECK(c.sample.every == 0 || !c.tokenizer.kind.empty(), source,
+                 ": sample.every > 0 needs tokenizer.kind (gpt2 or sentencepiece) to encode the prompt and print text");
   try {
     optim::parse_precision(c.train.precision);
     c.optimizer().schedule.validate();
@@ -134,6 +151,11 @@ optim::OptimizerOptions TrainerConfig::optimizer() const {
   o.grad_clip = train.grad_clip;
   o.precision = optim::parse_precision(train.precision);
   return o;
+}
+
+bool TrainerConfig::sft() const {
+  const auto& t = data.train;
+  return data.format == "sft" || (data.format == "auto" && t.size() >= 6 && t.compare(t.size() - 6, 6, ".jsonl") == 0);
 }
 
 TrainerConfig TrainerConfig::parse(const std::string& json_text, const std::string& source,

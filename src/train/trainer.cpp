@@ -1,6 +1,11 @@
 #include "llmtrain/train/trainer.h"
 
 #include <ATen/Context.h>
+
+#include "llmtrain/config.h"  // LLMTRAIN_WITH_CUDA
+#if LLMTRAIN_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#endif
 #include <dirent.h>
 #include <fcntl.h>
 #include <nlohmann/json.hpp>
@@ -13,6 +18,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -20,7 +26,11 @@
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/fs.h"
 #include "llmtrain/data/dataloader.h"
+#include "llmtrain/data/sft.h"
+#include "llmtrain/infer/generate.h"
 #include "llmtrain/optim/optimizer.h"
+#include "llmtrain/tokenizer/tokenizer.h"
+#include "llmtrain/train/plot.h"
 
 namespace llmtrain::train {
 namespace {
@@ -37,6 +47,20 @@ torch::Device resolve_device(const std::string& name) {
   const bool cuda = torch::cuda::is_available();
   LLMTRAIN_CHECK(cuda || name == "auto", "device \"cuda\" asked for, but no CUDA device is visible");
   return cuda ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+}
+
+// Dense bf16 tensor-core FLOP/s of the GPU, the denominator of MFU: $LLMTRAIN_PEAK_TFLOPS when set,
+// else the datasheet figure of known parts, else 0 (MFU not reported).
+double gpu_peak_flops(torch::Device device) {
+  if (const char* env = std::getenv("LLMTRAIN_PEAK_TFLOPS")) return std::atof(env) * 1e12;
+#if LLMTRAIN_WITH_CUDA
+  const std::string name = at::cuda::getDeviceProperties(device.index() < 0 ? 0 : device.index())->name;
+  for (const auto& [part, tflops] : {std::pair{"H100", 989.4}, {"H200", 989.4}, {"H800", 989.4}, {"A100", 312.0}})
+    if (name.find(part) != std::string::npos) return tflops * 1e12;
+#else
+  (void)device;
+#endif
+  return 0;
 }
 
 std::string step_name(int64_t step) {
@@ -110,11 +134,16 @@ void load_part(const std::string& dir, const char* file, F&& body) {
 
 struct Trainer::Impl {
   TrainerConfig cfg;
+  std::shared_ptr<dist::Communicator> comm;  // null: one process
+  int rank = 0, world = 1;
   torch::Device device = torch::kCPU;
   nn::GPT2 model{nullptr};
   std::unique_ptr<optim::MixedPrecisionOptimizer> opt;
-  std::unique_ptr<data::DataLoader> train, val;
+  std::unique_ptr<tokenizer::Tokenizer> tok;
+  std::unique_ptr<data::SFTDataset> sft_train, sft_val;  // read by the loaders below (SFT runs)
+  std::unique_ptr<data::BatchSource> train, val;
   int64_t accum = 1;
+  double peak_flops = 0;  // of the GPU, for MFU; 0: unknown
   int64_t step = 0;
   double elapsed_before = 0;  // seconds of earlier runs (resumed)
   std::function<void(const StepRecord&)> callback;
@@ -124,49 +153,126 @@ struct Trainer::Impl {
   std::string checkpoints_dir() const { return cfg.out_dir + "/checkpoints"; }
   std::string metrics_path() const { return cfg.out_dir + "/metrics.jsonl"; }
 
-  data::DataLoaderOptions loader_options(const std::string& pattern, bool shuffle) const {
+  // Batches of `path`: shards (a glob) or SFT JSONL, whose tokenized examples `keep` then owns.
+  std::unique_ptr<data::BatchSource> make_source(const std::string& path, bool shuffle,
+                                                 std::unique_ptr<data::SFTDataset>& keep) const {
+    if (cfg.sft()) {
+      data::SFTOptions so;
+      so.path = path;
+      so.seq_len = cfg.train.seq_len;
+      so.pack = cfg.data.pack;
+      keep = std::make_unique<data::SFTDataset>(*tok, so);
+      data::SFTLoader::Options lo;
+      lo.batch_size = cfg.train.batch_size;
+      lo.rank = rank;
+      lo.world_size = world;
+      lo.seed = cfg.train.seed;
+      lo.shuffle = shuffle;
+      lo.device = device;
+      return std::make_unique<data::SFTLoader>(*keep, lo);
+    }
     data::DataLoaderOptions o;
-    o.pattern = pattern;
+    o.pattern = path;
     o.batch_size = cfg.train.batch_size;
     o.seq_len = cfg.train.seq_len;
+    o.rank = rank;
+    o.world_size = world;
     o.seed = cfg.train.seed;
     o.shuffle = shuffle;
     o.vocab_size = cfg.model.gpt2().vocab_size();
     o.device = device;
-    return o;
+    return std::make_unique<data::DataLoader>(o);
+  }
+
+  // The mean of a per-rank scalar over all ranks.
+  double mean_over_ranks(torch::Tensor v) const {
+    if (world > 1) {
+      v = v.to(torch::kDouble).contiguous();
+      comm->all_reduce_sum(v);
+      v = v / double(world);
+    }
+    return v.item<double>();
   }
 
   void append_metrics(const Json& record) {
+    if (rank != 0) return;
     std::ofstream out(metrics_path(), std::ios::app);
-    out << record.dump() << "\n";
+    // Sample text may hold a UTF-8 character cut by the token limit: replaced, never an exception.
+    out << record.dump(-1, ' ', false, Json::error_handler_t::replace) << "\n";
     out.flush();
+  }
+
+  void load_initial_weights(const std::string& from) {
+    nn::GPT2 src = load_checkpoint_model(from);
+    const Json have = model_shape(src->cfg), want = model_shape(cfg.model.gpt2());
+    LLMTRAIN_CHECK(have == want, "model.init_from ", from, " holds a model of shape ", have.dump(), "; this config has ",
+                   want.dump());
+    torch::NoGradGuard no_grad;
+    const auto from_params = src->named_parameters();
+    for (auto& p : model->named_parameters()) p.value().copy_(from_params[p.key()]);
+  }
+
+  // A sample from the model, printed and logged; its own seeded generator leaves the run's RNG alone.
+  void write_sample() {
+    std::vector<int32_t> prompt = cfg.sample.prompt.empty() ? std::vector<int32_t>{} : tok->encode(cfg.sample.prompt);
+    if (prompt.empty()) {
+      LLMTRAIN_CHECK(tok->eot_id().has_value(), "sample.prompt is empty and the tokenizer has no end-of-text id to start from");
+      prompt = {*tok->eot_id()};
+    }
+    infer::SamplingOptions o;
+    o.temperature = cfg.sample.temperature;
+    o.top_k = cfg.sample.top_k;
+    o.seed = cfg.train.seed + uint64_t(step);
+    o.stop_token = tok->eot_id();
+    const auto ids = infer::generate(model, prompt, cfg.sample.tokens, o);
+    const std::string text = cfg.sample.prompt + tok->decode({ids.begin() + int64_t(prompt.size()), ids.end()});
+    append_metrics({{"type", "sample"}, {"step", step}, {"text", text}});
+    if (rank == 0) std::printf("step %lld sample: %s\n", static_cast<long long>(step), text.c_str());
+  }
+
+  void write_loss_curves() const {
+    if (rank != 0 || !fs::exists(metrics_path())) return;
+    fs::write_file_atomic(cfg.out_dir + "/loss.svg", loss_curves_svg(fs::read_file(metrics_path()), cfg.out_dir));
   }
 };
 
-Trainer::Trainer(TrainerConfig config) : impl_(std::make_unique<Impl>()) {
+Trainer::Trainer(TrainerConfig config, std::shared_ptr<dist::Communicator> comm) : impl_(std::make_unique<Impl>()) {
   Impl& d = *impl_;
   d.cfg = std::move(config);
+  d.comm = std::move(comm);
+  if (d.comm) {
+    d.rank = d.comm->rank();
+    d.world = d.comm->world_size();
+  }
   const auto& c = d.cfg;
   d.device = resolve_device(c.device);
-  LLMTRAIN_CHECK(!c.data.train.empty(), "data.train is empty: give a glob of training shards");
-  LLMTRAIN_CHECK(c.sample.every == 0, "sample.every ", c.sample.every,
-                 ": sampling during training is not built yet; use build/bin/generate_gpt2 on a checkpoint");
-  const int64_t micro = c.train.batch_size * c.train.seq_len;  // tokens per micro-batch (one rank)
+  LLMTRAIN_CHECK(!c.data.train.empty(), "data.train is empty: give a glob of training shards or an SFT JSONL file");
+  const int64_t micro = c.train.batch_size * c.train.seq_len * d.world;  // tokens per micro-step, all ranks
   const int64_t total = c.train.total_batch_tokens > 0 ? c.train.total_batch_tokens : micro;
-  LLMTRAIN_CHECK(total % micro == 0, "train.total_batch_tokens ", total, " is not a multiple of batch_size x seq_len = ",
-                 micro);
+  LLMTRAIN_CHECK(total % micro == 0, "train.total_batch_tokens ", total,
+                 " is not a multiple of batch_size x seq_len x ranks = ", micro);
   d.accum = total / micro;
+  if (!c.tokenizer.kind.empty()) {
+    d.tok = tokenizer::load_tokenizer(c.tokenizer.kind, c.tokenizer.path);
+    LLMTRAIN_CHECK(d.tok->vocab_size() <= c.model.gpt2().vocab_size(), "tokenizer ", c.tokenizer.kind, " ",
+                   c.tokenizer.path, " has ", d.tok->vocab_size(), " ids, more than the model's vocab_size ",
+                   c.model.gpt2().vocab_size());
+  }
 
   torch::manual_seed(c.train.seed);
   d.model = nn::GPT2(c.model.gpt2());
+  if (!c.model.init_from.empty()) d.load_initial_weights(c.model.init_from);
   d.model->to(d.device);
   d.opt = std::make_unique<optim::MixedPrecisionOptimizer>(*d.model, c.optimizer());
-  d.train = std::make_unique<data::DataLoader>(d.loader_options(c.data.train, true));
-  // Evaluation always reads the same batches: the val shards (else the train shards) in file order.
-  d.val = std::make_unique<data::DataLoader>(d.loader_options(c.data.val.empty() ? c.data.train : c.data.val, false));
+  d.train = d.make_source(c.data.train, true, d.sft_train);
+  // Evaluation always reads the same batches: the val data (else the train data) in file order.
+  d.val = d.make_source(c.data.val.empty() ? c.data.train : c.data.val, false, d.sft_val);
+  if (d.device.is_cuda()) d.peak_flops = gpu_peak_flops(d.device);
 
-  fs::make_dirs(c.out_dir);
-  fs::write_file_atomic(c.out_dir + "/config.json", c.to_json());
+  if (d.rank == 0) {
+    fs::make_dirs(c.out_dir);
+    fs::write_file_atomic(c.out_dir + "/config.json", c.to_json());
+  }
   g_stop = false;
   struct sigaction sa{};
   sa.sa_handler = on_stop_signal;
@@ -199,19 +305,33 @@ double Trainer::evaluate() {
     sum += d.model(b.inputs, b.targets).loss.to(torch::kDouble);
   }
   d.model->train();
-  return sum.item<double>() / double(d.cfg.eval.batches);
+  return d.mean_over_ranks(sum) / double(d.cfg.eval.batches);
 }
 
 int64_t Trainer::run() {
   Impl& d = *impl_;
   const auto& c = d.cfg;
-  const bool tty = ::isatty(STDOUT_FILENO);
+  const bool tty = d.rank == 0 && ::isatty(STDOUT_FILENO);
+  const bool log = d.rank == 0;
   const int64_t print_every = std::max<int64_t>(1, c.train.max_steps / 20);
+  const int64_t step_tokens = d.accum * c.train.batch_size * c.train.seq_len * d.world;
+  const double flops_per_token = d.model->flops_per_token(c.train.seq_len);
   const auto start = std::chrono::steady_clock::now();
   const int64_t first_step = d.step;
   int64_t last_eval = -1, last_checkpoint = -1;
+  const auto stop_now = [&] {  // every rank stops after the same step
+    double stop = (g_stop || d.stop_requested) ? 1.0 : 0.0;
+    if (d.world > 1) stop = d.mean_over_ranks(torch::tensor(stop, torch::kDouble));
+    return stop > 0;
+  };
+  if (d.world > 1) {  // every rank goes on from rank 0's weights
+    torch::NoGradGuard no_grad;
+    for (auto& p : d.model->parameters()) d.comm->broadcast(p, 0);
+    if (d.opt->options().precision == optim::Precision::kBF16Master)
+      for (torch::Tensor m : d.opt->master_params()) d.comm->broadcast(m, 0);  // a handle: same storage
+  }
   d.model->train();
-  while (d.step < c.train.max_steps && !g_stop && !d.stop_requested) {
+  while (d.step < c.train.max_steps && !stop_now()) {
     const auto t0 = std::chrono::steady_clock::now();
     torch::Tensor loss_sum;
     for (int64_t micro = 0; micro < d.accum; ++micro) {
@@ -224,9 +344,17 @@ int64_t Trainer::run() {
       d.opt->scale_loss(loss / double(d.accum)).backward();
       loss_sum = loss_sum.defined() ? loss_sum + loss.detach() : loss.detach();
     }
+    if (d.world > 1) {  // the data-parallel average of the gradients, before unscaling and clipping
+      for (auto& p : d.model->parameters()) {
+        if (!p.grad().defined()) continue;
+        torch::Tensor g = p.mutable_grad();
+        d.comm->all_reduce_sum(g);
+        g.div_(double(d.world));
+      }
+    }
     const auto info = d.opt->step(d.step);
     StepRecord r;
-    r.loss = loss_sum.item<double>() / double(d.accum);  // the one host sync of the step, for the log
+    r.loss = d.mean_over_ranks(loss_sum) / double(d.accum);  // the one host sync of the step, for the log
     ++d.step;
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -234,28 +362,36 @@ int64_t Trainer::run() {
     r.lr = info.lr;
     r.grad_norm = info.grad_norm;
     r.skipped = info.skipped;
-    r.tokens_per_s = double(d.accum * c.train.batch_size * c.train.seq_len) / dt;
+    r.tokens_per_s = double(step_tokens) / dt;
     r.elapsed_s = d.elapsed_before + run_s;
+    if (d.peak_flops > 0) r.mfu = r.tokens_per_s * flops_per_token / (d.peak_flops * d.world);
     Json line = {{"type", "train"}, {"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
                  {"tokens_per_s", r.tokens_per_s}, {"elapsed_s", r.elapsed_s}};
+    if (d.peak_flops > 0) line["mfu"] = r.mfu;
     if (r.skipped) line["skipped"] = true;
     d.append_metrics(line);
 
     const double eta = run_s / double(d.step - first_step) * double(c.train.max_steps - d.step);
-    char progress[160];
-    std::snprintf(progress, sizeof progress, "step %lld/%lld | loss %.4f | lr %.2e | %.1fK tok/s | ETA %s",
-                  static_cast<long long>(d.step), static_cast<long long>(c.train.max_steps), r.loss, r.lr,
-                  r.tokens_per_s / 1e3, format_duration(eta).c_str());
-    if (tty) std::printf("\r%-100s", progress);
-    else if (d.step % print_every == 0 || d.step == c.train.max_steps) std::printf("%s\n", progress);
+    char progress[192];
+    int n = std::snprintf(progress, sizeof progress, "step %lld/%lld | loss %.4f | lr %.2e | %.1fK tok/s",
+                          static_cast<long long>(d.step), static_cast<long long>(c.train.max_steps), r.loss, r.lr,
+                          r.tokens_per_s / 1e3);
+    if (d.peak_flops > 0) n += std::snprintf(progress + n, sizeof progress - n, " | MFU %.1f%%", 100 * r.mfu);
+    std::snprintf(progress + n, sizeof progress - n, " | ETA %s", format_duration(eta).c_str());
+    if (tty) std::printf("\r%-110s", progress);
+    else if (log && (d.step % print_every == 0 || d.step == c.train.max_steps)) std::printf("%s\n", progress);
     std::fflush(stdout);
     if (d.callback) d.callback(r);
 
     if (c.eval.every > 0 && d.step % c.eval.every == 0) {
       const double v = evaluate();
       d.append_metrics({{"type", "eval"}, {"step", d.step}, {"val_loss", v}});
-      std::printf("%sstep %lld: val loss %.4f\n", tty ? "\n" : "", static_cast<long long>(d.step), v);
+      if (log) std::printf("%sstep %lld: val loss %.4f\n", tty ? "\n" : "", static_cast<long long>(d.step), v);
       last_eval = d.step;
+    }
+    if (c.sample.every > 0 && d.step % c.sample.every == 0) {
+      if (tty && last_eval != d.step) std::printf("\n");
+      d.write_sample();
     }
     if (c.checkpoint.every > 0 && d.step % c.checkpoint.every == 0) {
       save_checkpoint();
@@ -265,21 +401,27 @@ int64_t Trainer::run() {
   if (tty) std::printf("\n");
   const bool interrupted = d.step < c.train.max_steps;
   if (interrupted) {
-    std::printf("stopping at step %lld: writing a checkpoint\n", static_cast<long long>(d.step));
+    if (log) std::printf("stopping at step %lld: writing a checkpoint\n", static_cast<long long>(d.step));
     if (last_checkpoint != d.step) save_checkpoint();
+    d.write_loss_curves();
     return d.step;
   }
   if (last_eval != d.step) {
     const double v = evaluate();
     d.append_metrics({{"type", "eval"}, {"step", d.step}, {"val_loss", v}});
-    std::printf("step %lld: val loss %.4f\n", static_cast<long long>(d.step), v);
+    if (log) std::printf("step %lld: val loss %.4f\n", static_cast<long long>(d.step), v);
   }
   if (c.checkpoint.every > 0 && last_checkpoint != d.step) save_checkpoint();
+  d.write_loss_curves();
   return d.step;
 }
 
 void Trainer::save_checkpoint() {
   Impl& d = *impl_;
+  if (d.rank != 0) {  // rank 0 writes; the others wait so that no rank runs ahead of a checkpoint
+    d.comm->barrier();
+    return;
+  }
   const std::string dir = d.checkpoints_dir(), final_dir = dir + "/" + step_name(d.step);
   const std::string tmp = final_dir + ".tmp." + std::to_string(::getpid());
   fs::remove_tree(tmp);
@@ -308,6 +450,7 @@ void Trainer::save_checkpoint() {
   fsync_path(dir);
   const auto all = list_checkpoints(dir);
   for (size_t i = 0; i + size_t(d.cfg.checkpoint.keep) < all.size(); ++i) fs::remove_tree(all[i].second);
+  if (d.world > 1) d.comm->barrier();
 }
 
 bool Trainer::resume_if_possible() {
@@ -353,7 +496,7 @@ bool Trainer::resume_if_possible() {
   d.train->load_state({l["epoch"].get<int64_t>(), l["shard"].get<int64_t>(), l["position"].get<int64_t>()});
 
   // Records of steps after the checkpoint belong to the run that stopped; the resumed run writes them anew.
-  if (fs::exists(d.metrics_path())) {
+  if (d.rank == 0 && fs::exists(d.metrics_path())) {
     std::istringstream in(fs::read_file(d.metrics_path()));
     std::string kept, line;
     while (std::getline(in, line)) {
@@ -364,23 +507,78 @@ bool Trainer::resume_if_possible() {
     }
     fs::write_file_atomic(d.metrics_path(), kept);
   }
-  std::printf("resumed from %s (step %lld)\n", dir.c_str(), static_cast<long long>(d.step));
+  if (d.rank == 0) std::printf("resumed from %s (step %lld)\n", dir.c_str(), static_cast<long long>(d.step));
   return true;
 }
 
+namespace {
+
+// The checkpoint folder `path` names: itself, or a run folder's newest complete checkpoint.
+std::string checkpoint_dir(const std::string& path) {
+  if (fs::exists(path + "/state.json")) return path;
+  const auto all = list_checkpoints(path + "/checkpoints");
+  LLMTRAIN_CHECK(!all.empty(), path, " is neither a checkpoint folder (with state.json) nor a run folder with checkpoints/");
+  return all.back().second;
+}
+
+}  // namespace
+
+TrainerConfig load_checkpoint_config(const std::string& path) {
+  const std::string dir = checkpoint_dir(path);
+  return TrainerConfig::parse(read_state(dir)["config"].dump(), dir + "/state.json");
+}
+
 nn::GPT2 load_checkpoint_model(const std::string& path) {
-  std::string dir = path;
-  if (!fs::exists(dir + "/state.json")) {
-    const auto all = list_checkpoints(path + "/checkpoints");
-    LLMTRAIN_CHECK(!all.empty(), path, " is neither a checkpoint folder (with state.json) nor a run folder with checkpoints/");
-    dir = all.back().second;
-  }
-  const Json state = read_state(dir);
-  const auto cfg = TrainerConfig::parse(state["config"].dump(), dir + "/state.json");
+  const std::string dir = checkpoint_dir(path);
+  const auto cfg = load_checkpoint_config(dir);
   nn::GPT2 model(cfg.model.gpt2());
   if (cfg.train.precision == "bf16-master") model->to(torch::kBFloat16);
   load_part(dir, "model.pt", [&](const std::string& p) { torch::load(model, p); });
   return model;
+}
+
+TrainerConfig finetune_config(const std::string& from, const std::string& config_path,
+                              const std::vector<std::string>& overrides) {
+  const Json base = Json::parse(load_checkpoint_config(from).to_json());
+  Json doc;
+  try {
+    doc = Json::parse(fs::read_file(config_path));
+  } catch (const Json::exception& e) {
+    LLMTRAIN_CHECK(false, config_path, ": not valid JSON (", e.what(), ")");
+  }
+  LLMTRAIN_CHECK(doc.is_object(), config_path, ": expected a JSON object at the top");
+  Json model = base["model"];
+  if (doc.contains("model")) {
+    LLMTRAIN_CHECK(doc["model"].is_object(), config_path, ": model must be an object");
+    for (const auto& [key, value] : doc["model"].items()) {
+      LLMTRAIN_CHECK(key == "dropout", config_path, ": model.", key,
+                     " cannot be set when fine-tuning: the model is the checkpoint's (only model.dropout may change)");
+      model[key] = value;
+    }
+  }
+  model["init_from"] = from;
+  doc["model"] = model;
+  if (!doc.contains("tokenizer")) doc["tokenizer"] = base["tokenizer"];
+  return TrainerConfig::parse(doc.dump(), config_path, overrides);
+}
+
+int64_t run_training(const TrainerConfig& cfg, bool resume) {
+  const bool used = fs::exists(cfg.out_dir + "/checkpoints") || fs::exists(cfg.out_dir + "/metrics.jsonl");
+  LLMTRAIN_CHECK(resume || !used, "out_dir ", cfg.out_dir,
+                 " already holds a run; pass --resume to continue it, or choose another out_dir");
+  Trainer trainer(cfg);
+  if (resume && !trainer.resume_if_possible()) std::printf("no checkpoint in %s: starting from step 0\n", cfg.out_dir.c_str());
+  const auto& m = trainer.model()->cfg;
+  std::printf("GPT-2 %lld layers x %lld wide, %.1fM parameters%s%s; %lld tokens per step (%lld micro-steps); out_dir %s\n",
+              static_cast<long long>(m.n_layer()), static_cast<long long>(m.n_embd()),
+              double(trainer.model()->num_parameters()) / 1e6, cfg.model.init_from.empty() ? "" : " from ",
+              cfg.model.init_from.c_str(),
+              static_cast<long long>(trainer.grad_accum_steps() * cfg.train.batch_size * cfg.train.seq_len),
+              static_cast<long long>(trainer.grad_accum_steps()), cfg.out_dir.c_str());
+  const int64_t step = trainer.run();
+  std::printf("done at step %lld; metrics in %s/metrics.jsonl, loss curves in %s/loss.svg\n", static_cast<long long>(step),
+              cfg.out_dir.c_str(), cfg.out_dir.c_str());
+  return step;
 }
 
 }  // namespace llmtrain::train

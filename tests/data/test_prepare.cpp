@@ -112,6 +112,26 @@ TEST(Prepare, ValFractionIsSeededAndRoughlyRight) {
   EXPECT_NEAR(double(val_docs[0]), 200.0, 45.0);  // ~5 standard deviations
 }
 
+TEST(Prepare, SeparatorLinesSplitTextFilesIntoDocuments) {
+  LLMTRAIN_REQUIRE_DATA_DIR(data);
+  const auto tok = llmtrain::tokenizer::GPT2BPE::from_dir(data + "/gpt2");
+  TempDir dir;
+  // The fortune format: documents end at a line holding only "%"; a "%" inside a line is text.
+  std::ofstream(dir.path + "/quotes") << "First quote,\n  100% sure.\n%\n%\nSecond.\r\n%\r\n\n\nThird.\n%\n";
+  PrepareOptions o;
+  o.inputs = {dir.path + "/quotes"};
+  o.out_dir = dir.path + "/out";
+  o.separator = "%";
+  const auto s = prepare_shards(*tok, o);
+  EXPECT_EQ(s.train_documents, 3);  // the empty document between "%" lines is dropped
+  std::vector<int64_t> want;
+  for (const char* doc : {"First quote,\n  100% sure.\n", "Second.\r\n", "\n\nThird.\n"}) {
+    for (int32_t id : tok->encode(doc)) want.push_back(id);
+    want.push_back(50256);
+  }
+  EXPECT_EQ(read_shard(dir.path + "/out/train_000000.bin"), want);
+}
+
 TEST(Prepare, BadInputNamesTheFileAndLine) {
   LLMTRAIN_REQUIRE_DATA_DIR(data);
   const auto tok = llmtrain::tokenizer::GPT2BPE::from_dir(data + "/gpt2");

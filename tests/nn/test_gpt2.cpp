@@ -34,6 +34,8 @@ torch::Tensor random_tokens(int64_t B, int64_t T, int64_t vocab) {
 
 TEST(GPT2, PresetSizesMatchHuggingFaceCounts) {
   EXPECT_EQ(GPT2(GPT2Config::preset("gpt2"))->num_parameters(), 124439808);
+  // MFU counts 6 FLOPs per parameter per token plus attention: 6 N + 12 L C T.
+  EXPECT_DOUBLE_EQ(GPT2(GPT2Config::preset("gpt2"))->flops_per_token(1024), 6.0 * 124439808 + 12.0 * 12 * 768 * 1024);
   const auto cfg = GPT2Config::preset("gpt2-xl");
   EXPECT_EQ(cfg.n_layer(), 48);
   EXPECT_EQ(cfg.n_head(), 25);

@@ -67,3 +67,19 @@ TEST(TrainerConfig, BadInputNamesTheKeyAndTheSource) {
   expect_error([] { TrainerConfig::parse("{}", "a.json", {"device=tpu"}); }, {"device must be auto, cpu or cuda"});
   expect_error([] { TrainerConfig::load("/nonexistent/config.json"); }, {"/nonexistent/config.json"});
 }
+
+TEST(TrainerConfig, DataFormatTokenizerAndSampling) {
+  const auto sft = TrainerConfig::parse(
+      R"({"data": {"train": "sft/train.jsonl", "pack": true}, "tokenizer": {"kind": "gpt2"}, "sample": {"every": 50}})", "a.json");
+  EXPECT_TRUE(sft.sft());
+  EXPECT_TRUE(sft.data.pack);
+  EXPECT_FALSE(TrainerConfig::parse(R"({"data": {"train": "shards/train_*.bin"}})", "a.json").sft());
+  EXPECT_TRUE(TrainerConfig::parse(R"({"data": {"train": "x.txt", "format": "sft"}, "tokenizer": {"kind": "gpt2"}})", "a.json").sft());
+  expect_error([] { TrainerConfig::parse(R"({"data": {"train": "t.jsonl"}})", "a.json"); },
+               {"a.json", "data.train t.jsonl is SFT JSONL, which needs tokenizer.kind"});
+  expect_error([] { TrainerConfig::parse(R"({"data": {"format": "csv"}})", "a.json"); }, {"data.format must be auto, shards or sft"});
+  expect_error([] { TrainerConfig::parse(R"({"data": {"pack": 1}})", "a.json"); }, {"data.pack must be true or false"});
+  expect_error([] { TrainerConfig::parse(R"({"tokenizer": {"kind": "bpe"}})", "a.json"); }, {"tokenizer.kind must be gpt2 or sentencepiece"});
+  expect_error([] { TrainerConfig::parse(R"({"sample": {"every": 10}})", "a.json"); }, {"sample.every > 0 needs tokenizer.kind"});
+  expect_error([] { TrainerConfig::parse(R"({"sample": {"temperature": -1}})", "a.json"); }, {"sample.temperature must be >= 0"});
+}

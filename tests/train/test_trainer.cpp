@@ -4,12 +4,17 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include <condition_variable>
 #include <csignal>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "llmtrain/data/shard.h"
+#include "llmtrain/dist/communicator.h"
+#include "llmtrain/train/plot.h"
 #include "llmtrain/train/trainer.h"
 #include "test_util.h"
 
@@ -64,6 +69,91 @@ std::vector<nlohmann::json> metrics(const std::string& out) {
   std::vector<nlohmann::json> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
   return lines;
+}
+
+// Ranks as threads of this process: every collective waits for all ranks, then each reads all ranks'
+// tensors (summed in rank order, so every rank gets the same bits).
+class ThreadGroup {
+ public:
+  explicit ThreadGroup(int n) : n_(n), slots_(size_t(n)) {}
+
+  class Comm final : public llmtrain::dist::Communicator {
+   public:
+    Comm(ThreadGroup& g, int r) : g_(g), r_(r) {}
+    int rank() const override { return r_; }
+    int world_size() const override { return g_.n_; }
+    void all_reduce_sum(torch::Tensor& t) override {
+      g_.exchange(r_, t, [&](const std::vector<torch::Tensor>& all) {
+        torch::Tensor sum = all[0].clone();
+        for (size_t i = 1; i < all.size(); ++i) sum += all[i];
+        t.copy_(sum);
+      });
+    }
+    void broadcast(torch::Tensor& t, int root) override {
+      g_.exchange(r_, t, [&](const std::vector<torch::Tensor>& all) { t.copy_(all[size_t(root)]); });
+    }
+    void barrier() override {
+      g_.exchange(r_, torch::zeros({1}), [](const std::vector<torch::Tensor>&) {});
+    }
+
+   private:
+    ThreadGroup& g_;
+    int r_;
+  };
+
+  /// Runs body(communicator) on n threads; rethrows the first failure.
+  void run(const std::function<void(std::shared_ptr<llmtrain::dist::Communicator>)>& body) {
+    std::vector<std::thread> threads;
+    std::exception_ptr failure;
+    for (int r = 0; r < n_; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          body(std::make_shared<Comm>(*this, r));
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(m_);
+          failure = std::current_exception();
+        }
+      });
+    for (auto& t : threads) t.join();
+    if (failure) std::rethrow_exception(failure);
+  }
+
+ private:
+  template <typename F>
+  void exchange(int r, const torch::Tensor& t, F&& read) {
+    std::unique_lock<std::mutex> lock(m_);
+    cv_.wait(lock, [&] { return !draining_; });  // the previous collective is over for every rank
+    slots_[size_t(r)] = t.detach().clone();
+    if (++count_ == n_) {
+      draining_ = true;
+      cv_.notify_all();
+    } else {
+      cv_.wait(lock, [&] { return draining_; });
+    }
+    read(slots_);
+    if (--count_ == 0) {
+      draining_ = false;
+      cv_.notify_all();
+    }
+  }
+
+  int n_;
+  std::vector<torch::Tensor> slots_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  int count_ = 0;
+  bool draining_ = false;
+};
+
+std::string write_sft_jsonl(const std::string& path, int n) {
+  std::ofstream out(path);
+  const char* names[] = {"Alice", "Bob", "Carol", "Dave", "Erin", "Frank", "Grace", "Heidi"};
+  for (int i = 0; i < n; ++i) {
+    const std::string name = names[i % 8];
+    out << nlohmann::json{{"prompt", "Name: " + name + "\nGreeting:"}, {"completion", " Hello, " + name + "!"}}.dump()
+        << "\n";
+  }
+  return path;
 }
 
 }  // namespace
@@ -145,9 +235,9 @@ TEST(Trainer, SignalFinishesTheStepAndLeavesAResumableCheckpoint) {
 TEST(Trainer, BadInputIsAClearErrorAndLosesNothing) {
   RunFolder run;
   expect_error([&] { Trainer t(run.config("x", {"data.train=" + run.dir.path + "/none_*.bin"})); }, {"no shard matches"});
-  expect_error([&] { Trainer t(run.config("x", {"sample.every=5"})); }, {"sample.every 5", "not built yet"});
+  expect_error([&] { Trainer t(run.config("x", {"sample.every=5"})); }, {"sample.every > 0 needs tokenizer.kind"});
   expect_error([&] { Trainer t(run.config("x", {"train.total_batch_tokens=100"})); },
-               {"total_batch_tokens 100", "batch_size x seq_len = 128"});
+               {"total_batch_tokens 100", "batch_size x seq_len x ranks = 128"});
   {
     Trainer t(run.config("shape"));
     run_losses(t, 5);
@@ -161,4 +251,131 @@ TEST(Trainer, BadInputIsAClearErrorAndLosesNothing) {
   std::ofstream(state) << saved;
   std::ofstream(run.dir.path + "/shape/checkpoints/step_00000005/model.pt") << "truncated";
   expect_error([&] { Trainer t(run.config("shape")); t.resume_if_possible(); }, {"step_00000005", "cannot load model.pt"});
+}
+
+TEST(Trainer, TwoRanksOnSplitBatchesTrainAsOneRankOnTheWholeBatch) {
+  RunFolder run;
+  // One rank: 2 micro-batches of 4 windows a step. Two ranks: each takes 4 of those 8 windows.
+  Trainer one(run.config("one"));
+  ASSERT_EQ(one.grad_accum_steps(), 2);
+  const auto expected = run_losses(one);
+
+  std::vector<std::vector<double>> losses(2);
+  std::vector<torch::Tensor> weights(2);
+  ThreadGroup group(2);
+  std::mutex m;
+  std::condition_variable cv;
+  int next = 0;  // ranks are built one after another: the model's initialisation draws from the global RNG
+  group.run([&](std::shared_ptr<llmtrain::dist::Communicator> comm) {
+    const int r = comm->rank();
+    std::unique_ptr<Trainer> t;
+    {
+      std::unique_lock<std::mutex> lock(m);
+      cv.wait(lock, [&] { return next == r; });
+      t = std::make_unique<Trainer>(run.config("two"), comm);
+      ++next;
+      cv.notify_all();
+    }
+    EXPECT_EQ(t->grad_accum_steps(), 1);
+    losses[size_t(r)] = run_losses(*t);
+    weights[size_t(r)] = t->model()->named_parameters()["transformer.h.0.mlp.c_fc.weight"].detach().clone();
+  });
+  ASSERT_EQ(losses[0].size(), expected.size());
+  EXPECT_EQ(losses[0], losses[1]);                  // every rank logs the same averaged loss
+  EXPECT_TRUE(torch::equal(weights[0], weights[1]));  // and holds the same weights
+  for (size_t i = 0; i < expected.size(); ++i) EXPECT_NEAR(losses[0][i], expected[i], 1e-4) << "step " << i + 1;
+  const auto w1 = one.model()->named_parameters()["transformer.h.0.mlp.c_fc.weight"];
+  EXPECT_LT((weights[0] - w1).abs().max().item<double>(), 1e-4);
+  // Rank 0 alone wrote the metrics (one record per step, not two) and the checkpoints.
+  const auto lines = metrics(run.dir.path + "/two"), one_lines = metrics(run.dir.path + "/one");
+  EXPECT_EQ(std::count_if(lines.begin(), lines.end(), [](const auto& j) { return j["type"] == "train"; }), 20);
+  ASSERT_EQ(lines.size(), one_lines.size());
+  for (size_t i = 0; i < lines.size(); ++i)  // AdamW hides a gradient's scale; its norm does not
+    if (lines[i]["type"] == "train")
+      EXPECT_NEAR(lines[i]["grad_norm"].get<double>(), one_lines[i]["grad_norm"].get<double>(),
+                  1e-4 * one_lines[i]["grad_norm"].get<double>());
+  EXPECT_TRUE(llmtrain::fs::exists(run.dir.path + "/two/checkpoints/step_00000020/state.json"));
+}
+
+TEST(Trainer, SamplesDuringTrainingLeaveTheLossesAlone) {
+  LLMTRAIN_REQUIRE_DATA_DIR(data);
+  RunFolder run;
+  const std::vector<std::string> tok = {"tokenizer.kind=gpt2", "tokenizer.path=" + data + "/gpt2"};
+  Trainer plain(run.config("plain", tok));
+  const auto expected = run_losses(plain);
+  auto sets = tok;
+  sets.insert(sets.end(), {"sample.every=5", "sample.tokens=8", "sample.prompt=Hello"});
+  Trainer sampled(run.config("sampled", sets));
+  EXPECT_EQ(run_losses(sampled), expected);  // bitwise: sampling draws from its own generator
+  int samples = 0;
+  for (const auto& j : metrics(run.dir.path + "/sampled"))
+    if (j["type"] == "sample") {
+      ++samples;
+      EXPECT_EQ(j["step"].get<int>() % 5, 0);
+      EXPECT_EQ(j["text"].get<std::string>().rfind("Hello", 0), 0u) << j.dump();
+      EXPECT_GT(j["text"].get<std::string>().size(), 5u);
+    }
+  EXPECT_EQ(samples, 4);
+}
+
+TEST(Trainer, FineTunesACheckpointOnSFTJsonl) {
+  LLMTRAIN_REQUIRE_DATA_DIR(data);
+  RunFolder run;
+  {
+    Trainer base(run.config("base", {"tokenizer.kind=gpt2", "tokenizer.path=" + data + "/gpt2", "train.max_steps=5"}));
+    base.run();
+  }
+  const std::string base_dir = run.dir.path + "/base";
+  write_sft_jsonl(run.dir.path + "/sft.jsonl", 64);
+  const std::string cfg_path = run.dir.path + "/finetune.json";
+  std::ofstream(cfg_path) << nlohmann::json{
+      {"data", {{"train", run.dir.path + "/sft.jsonl"}}},
+      {"train", {{"batch_size", 8}, {"seq_len", 16}, {"max_steps", 30}, {"lr", 3e-3}, {"schedule", "constant"}, {"seed", 3}}},
+      {"eval", {{"every", 0}, {"batches", 2}}},
+      {"checkpoint", {{"every", 10}, {"keep", 1}}},
+      {"out_dir", run.dir.path + "/ft"},
+      {"device", "cpu"}};
+  const auto cfg = llmtrain::train::finetune_config(base_dir, cfg_path);
+  EXPECT_EQ(cfg.model.init_from, base_dir);
+  EXPECT_EQ(cfg.tokenizer.kind, "gpt2");  // the checkpoint's
+  EXPECT_TRUE(cfg.sft());
+  Trainer ft(cfg);
+  // The run starts from the checkpoint's weights.
+  auto base_model = llmtrain::train::load_checkpoint_model(base_dir);
+  for (const auto& p : base_model->named_parameters())
+    EXPECT_TRUE(torch::equal(p.value(), ft.model()->named_parameters()[p.key()])) << p.key();
+  const auto losses = run_losses(ft);
+  ASSERT_EQ(losses.size(), 30u);
+  EXPECT_LT(losses.back(), 0.5 * losses.front());  // the completions are a function of the prompt
+  EXPECT_EQ(llmtrain::train::load_checkpoint_config(run.dir.path + "/ft").model.init_from, base_dir);
+
+  std::ofstream(cfg_path + ".bad") << R"({"model": {"n_layer": 4}, "data": {"train": "x.jsonl"}})";
+  expect_error([&] { llmtrain::train::finetune_config(base_dir, cfg_path + ".bad"); },
+               {"finetune.json.bad", "model.n_layer cannot be set when fine-tuning"});
+  expect_error([&] { Trainer t(run.config("y", {"model.init_from=" + base_dir, "model.n_layer=3"})); },
+               {"model.init_from", "n_layer"});
+}
+
+TEST(Trainer, DrawsTheLossCurves) {
+  RunFolder run;
+  Trainer t(run.config("plot", {"train.max_steps=10", "eval.every=5"}));
+  t.run();
+  const std::string svg = llmtrain::fs::read_file(run.dir.path + "/plot/loss.svg");
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("<polyline"), std::string::npos);
+  EXPECT_NE(svg.find("val loss"), std::string::npos);
+  size_t circles = 0;
+  for (size_t at = svg.find("<circle"); at != std::string::npos; at = svg.find("<circle", at + 1)) ++circles;
+  EXPECT_EQ(circles, 2u);  // evaluations at steps 5 and 10
+}
+
+TEST(LossCurves, SkipCutLinesAndNonFiniteLosses) {
+  const std::string text =
+      "{\"type\":\"train\",\"step\":1,\"loss\":5.0}\n{\"type\":\"train\",\"step\":2,\"loss\":null}\n"
+      "{\"type\":\"eval\",\"step\":2,\"val_loss\":4.5}\n{\"type\":\"train\",\"ste";
+  const std::string svg = llmtrain::train::loss_curves_svg(text, "a <run>");
+  EXPECT_NE(svg.find("a &lt;run&gt;"), std::string::npos);
+  EXPECT_NE(svg.find("val loss 4.5000"), std::string::npos);
+  EXPECT_NE(svg.find("train loss 5.0000"), std::string::npos);
+  EXPECT_NE(llmtrain::train::loss_curves_svg("", "empty").find("no loss records yet"), std::string::npos);
 }

@@ -47,22 +47,35 @@ struct DataLoaderState {
   }
 };
 
+/// An endless, resumable stream of batches: what the Trainer reads (DataLoader over shards, SFTLoader
+/// over SFT JSONL).
+///   llmtrain::data::BatchSource& src = loader;  auto b = src.next();  auto s = src.state();
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  /// The next batch.
+  virtual Batch next() = 0;
+  /// The state to resume from: the position after the last batch next() returned.
+  virtual DataLoaderState state() const = 0;
+  /// Continues from `state` (as returned by state()).
+  virtual void load_state(const DataLoaderState& state) = 0;
+};
+
 /// Endless, resumable batches from memory-mapped shards.
 ///   llmtrain::data::DataLoader loader({.pattern = "data/sotu/train_*.bin", .batch_size = 16});
 ///   auto batch = loader.next();  auto state = loader.state();  ...  loader.load_state(state);
-class DataLoader {
+class DataLoader final : public BatchSource {
  public:
   /// Throws llmtrain::Error when the pattern matches no file, a shard is invalid or shorter than one
   /// window (seq_len + 1 tokens), or B, T, rank or world size are out of range.
   explicit DataLoader(DataLoaderOptions options);
-  ~DataLoader();
+  ~DataLoader() override;
 
   /// The next batch; its windows may straddle the end of an epoch.
-  Batch next();
-  /// The state to resume from: the position after the last batch next() returned.
-  DataLoaderState state() const;
+  Batch next() override;
+  DataLoaderState state() const override;
   /// Continues from `state` (as returned by state(), also by another loader over the same shards).
-  void load_state(const DataLoaderState& state);
+  void load_state(const DataLoaderState& state) override;
 
   int64_t num_tokens() const;         // in all shards
   int64_t windows_per_epoch() const;  // over all ranks

@@ -1,5 +1,5 @@
-// Text to token shards: the engine of build/bin/prepare_data. Documents are whole text files or the
-// lines of JSONL files; each is tokenized (on all cores) and followed by the tokenizer's end-of-text
+// Text to token shards: the engine of build/bin/prepare_data. Documents are whole text files (or the
+// parts of them between separator lines) or the lines of JSONL files; each is tokenized (on all cores) and followed by the tokenizer's end-of-text
 // id; the tokens go to train or val shards of at most shard_tokens each, in input order.
 #pragma once
 
@@ -20,6 +20,8 @@ struct PrepareOptions {
   double val_fraction = 0.0;            // or: this share of documents, picked by a seeded hash
   uint64_t seed = 1337;                 // for val_fraction
   std::string text_field = "text";      // JSONL field holding a document
+  std::string separator;                // text files: a line equal to this ends a document ("%" for
+                                        // fortune files); empty: each file is one document
   int64_t shard_tokens = 100'000'000;   // most tokens per shard
   int threads = 0;                      // 0: every core
   bool skip_bad_lines = false;          // JSONL: skip (and count) malformed lines instead of failing

@@ -52,7 +52,7 @@ class SFTDataset {
 /// Endless batches of an SFTDataset: a seeded order per epoch, epochs as one stream; rank r of R takes
 /// the r-th run of B windows in every R * B. State: (epoch, 0, position).
 ///   llmtrain::data::SFTLoader loader(sft, {.batch_size = 8});  auto b = loader.next();
-class SFTLoader {
+class SFTLoader final : public BatchSource {
  public:
   struct Options {
     int64_t batch_size = 8;
@@ -62,9 +62,9 @@ class SFTLoader {
     torch::Device device = torch::kCPU;
   };
   SFTLoader(const SFTDataset& data, Options options);
-  Batch next();
-  DataLoaderState state() const { return state_; }
-  void load_state(const DataLoaderState& state);
+  Batch next() override;
+  DataLoaderState state() const override { return state_; }
+  void load_state(const DataLoaderState& state) override;
 
  private:
   void seek(const DataLoaderState& state);

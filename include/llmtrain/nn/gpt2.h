@@ -118,6 +118,9 @@ class GPT2Impl : public torch::nn::Cloneable<GPT2Impl> {
 
   /// Parameters counted as Hugging Face counts them: the embedding at its vocab_size real rows.
   int64_t num_parameters() const;
+  /// Training FLOPs per token at sequence length `seq_len` (forward + backward): 6 per parameter plus
+  /// 12 * n_layer * n_embd * seq_len for attention's scores and weighted sums (the count MFU uses).
+  double flops_per_token(int64_t seq_len) const;
 
   GPT2Config cfg;
   GPT2Transformer transformer{nullptr};

@@ -1,5 +1,5 @@
-// A training run's configuration: one JSON file with sections model, data, train, eval, checkpoint and
-// sample, plus out_dir and device, and "--set section.key=value" overrides on top. Unknown keys and
+// A training run's configuration: one JSON file with sections model, data, tokenizer, train, eval,
+// checkpoint and sample, plus out_dir and device, and "--set section.key=value" overrides on top. Unknown keys and
 // values of the wrong type are errors that name the key and where it came from.
 #pragma once
 
@@ -16,12 +16,21 @@ struct ModelConfig {
   std::string preset = "tiny";  // a GPT2Config preset; the fields below override it when set (> 0)
   int64_t n_layer = 0, n_head = 0, n_embd = 0, block_size = 0, vocab_size = 0;
   double dropout = 0.0;
+  std::string init_from;  // a checkpoint folder or run out_dir whose weights start the run (fine-tuning)
   nn::GPT2Config gpt2() const;
 };
 
 struct DataConfig {
-  std::string train;  // shard glob
-  std::string val;    // shard glob; empty: no evaluation data
+  std::string train;             // shard glob, or an SFT JSONL file
+  std::string val;               // the same kind as train; empty: evaluate on train
+  std::string format = "auto";   // shards | sft | auto (sft for *.jsonl)
+  bool pack = false;             // sft: several examples per window
+};
+
+/// The tokenizer of the data: needed for SFT JSONL and for samples during training.
+struct TokenizerConfig {
+  std::string kind;  // "" (none) | gpt2 | sentencepiece
+  std::string path;  // GPT-2 BPE folder (empty: $LLMTRAIN_GPT2_DIR or $LLMTRAIN_DATA_DIR/gpt2) or .model file
 };
 
 struct TrainConfig {
@@ -50,8 +59,10 @@ struct CheckpointConfig {
 
 struct SampleConfig {
   int64_t every = 0;    // steps; 0: off
-  int64_t tokens = 64;
-  std::string prompt;
+  int64_t tokens = 64;  // most new tokens (a sample ends early at end-of-text)
+  std::string prompt;   // empty: start a fresh document (end-of-text)
+  double temperature = 0.8;
+  int64_t top_k = 40;   // 0: all tokens
 };
 
 /// The whole configuration.
@@ -59,6 +70,7 @@ struct SampleConfig {
 struct TrainerConfig {
   ModelConfig model;
   DataConfig data;
+  TokenizerConfig tokenizer;
   TrainConfig train;
   EvalConfig eval;
   CheckpointConfig checkpoint;
@@ -78,6 +90,8 @@ struct TrainerConfig {
 
   /// The optimizer options these settings describe.
   optim::OptimizerOptions optimizer() const;
+  /// True when data.train names SFT JSONL (format sft, or auto and a .jsonl name).
+  bool sft() const;
 };
 
 }  // namespace llmtrain::train

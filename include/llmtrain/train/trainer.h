@@ -1,6 +1,8 @@
-// The Trainer composes the pieces of a run: GPT-2 from the config, the mixed-precision optimizer, the
-// train and val loaders, gradient accumulation to total_batch_tokens, evaluation, metrics
-// (<out_dir>/metrics.jsonl), a progress line, and checkpoints that resume exactly. A checkpoint is a
+// The Trainer composes the pieces of a run: GPT-2 from the config (or a checkpoint's weights, to fine-
+// tune), the mixed-precision optimizer, the train and val batches (shards or SFT JSONL), gradient
+// accumulation to total_batch_tokens, data parallelism through a dist::Communicator, evaluation,
+// samples, metrics (<out_dir>/metrics.jsonl) with loss curves (<out_dir>/loss.svg), a progress line,
+// and checkpoints that resume exactly. A checkpoint is a
 // folder <out_dir>/checkpoints/step_XXXXXXXX/ written under a temporary name, flushed and renamed, so
 // a crash never leaves a half checkpoint under a real name; SIGINT and SIGTERM finish the step, write
 // a checkpoint and end the run cleanly.
@@ -11,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "llmtrain/dist/communicator.h"
 #include "llmtrain/nn/gpt2.h"
 #include "llmtrain/train/config.h"
 
@@ -20,6 +23,7 @@ namespace llmtrain::train {
 struct StepRecord {
   int64_t step = 0;  // steps done after this one
   double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0, elapsed_s = 0;
+  double mfu = 0;  // model FLOPs utilization on a GPU of known peak; 0 elsewhere
   bool skipped = false;
 };
 
@@ -30,7 +34,9 @@ class Trainer {
  public:
   /// Builds the model, optimizer and loaders; throws llmtrain::Error for a config the data or the
   /// device cannot serve (no shards, a total batch that is not a multiple of one batch, no CUDA).
-  explicit Trainer(TrainerConfig config);
+  /// With a communicator of R ranks, each rank reads its share of every batch, gradients and losses
+  /// are averaged over the ranks, and rank 0 alone writes metrics, samples and checkpoints.
+  explicit Trainer(TrainerConfig config, std::shared_ptr<dist::Communicator> comm = nullptr);
   ~Trainer();
 
   /// Loads the newest complete checkpoint under out_dir, if any; true when one was loaded. Throws
@@ -61,5 +67,21 @@ class Trainer {
 /// out_dir, whose newest complete checkpoint is taken. Throws llmtrain::Error naming what is missing.
 ///   auto model = llmtrain::train::load_checkpoint_model("runs/sotu_gpt2_124m");
 nn::GPT2 load_checkpoint_model(const std::string& path);
+
+/// The configuration a checkpoint was trained with; `path` as for load_checkpoint_model.
+TrainerConfig load_checkpoint_config(const std::string& path);
+
+/// The configuration of a fine-tuning run: the JSON file `config_path` (data, tokenizer, train, eval,
+/// ... of the new run) with the model of checkpoint `from` (its shape; the file may set only
+/// model.dropout) and model.init_from = `from`; the tokenizer section is the checkpoint's unless the
+/// file has one; then `overrides`. Throws llmtrain::Error naming the file or key at fault.
+///   auto cfg = llmtrain::train::finetune_config("runs/base", "examples/configs/finetune_sft.json", {});
+TrainerConfig finetune_config(const std::string& from, const std::string& config_path,
+                              const std::vector<std::string>& overrides = {});
+
+/// What train_gpt2 and finetune_gpt2 do: refuse an out_dir that already holds a run unless `resume`;
+/// resume from its newest checkpoint when `resume` (from step 0 when it has none); print the run's
+/// shape; train. Returns the number of the last step done.
+int64_t run_training(const TrainerConfig& config, bool resume);
 
 }  // namespace llmtrain::train

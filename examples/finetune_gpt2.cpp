@@ -1,0 +1,28 @@
+// finetune_gpt2: continues training a checkpoint's model on new data: token shards, or prompt/completion
+// JSONL (SFT, the loss on completions only). The model and tokenizer come from the checkpoint; the
+// config file says the rest (data, train, eval, ...), as for train_gpt2.
+//   build/bin/finetune_gpt2 --from runs/base --config examples/configs/finetune_sft.json \
+//       --set data.train=train.jsonl --set data.val=val.jsonl [--resume]
+#include <CLI/CLI.hpp>
+#include <llmtrain/llmtrain.h>
+
+#include <cstdio>
+
+int main(int argc, char** argv) {
+  CLI::App app{"Fine-tune a GPT-2 checkpoint on shards or SFT JSONL"};
+  std::string from, config_path;
+  std::vector<std::string> sets;
+  bool resume = false;
+  app.add_option("--from", from, "checkpoint folder, or a run's out_dir (newest checkpoint)")->required();
+  app.add_option("--config", config_path, "JSON config of the fine-tuning run (see examples/configs/)")->required();
+  app.add_option("--set", sets, "override a key, e.g. --set train.lr=1e-5 (repeatable)");
+  app.add_flag("--resume", resume, "continue the fine-tuning run from the newest checkpoint in its out_dir");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    llmtrain::train::run_training(llmtrain::train::finetune_config(from, config_path, sets), resume);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "finetune_gpt2: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
