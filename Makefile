@@ -5,13 +5,17 @@ JOBS ?= $(shell nproc)
 LLMTRAIN_DATA_DIR ?= $(wildcard $(abspath $(CURDIR)/../shared/data))
 export LLMTRAIN_DATA_DIR
 
-.PHONY: build test clean
+.PHONY: build test demo clean
 
 build:
 	bash scripts/setup.sh
 
 test: build
 	ctest --test-dir build --output-on-failure -j $(JOBS)
+
+# The main job: tokenizer, shards, a small GPT-2 trained and sampled (see scripts/demo.sh; CORPUS=path).
+demo: build
+	bash scripts/demo.sh
 
 clean:
 	rm -rf build

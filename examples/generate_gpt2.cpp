@@ -50,13 +50,23 @@ int main(int argc, char** argv) {
       ids = {*tok->eot_id()};  // start a fresh document
     }
     o.stop_token = tok ? tok->eot_id() : std::nullopt;
-    if (format == "text") std::printf("%s", prompt.c_str());
+    // Text is printed as the growing difference of decode(prompt + new ids): decoding one id at a time
+    // would lose what depends on its neighbours (SentencePiece drops a leading space at each call).
+    std::vector<int32_t> shown = prompt.empty() && prompt_ids.empty() ? std::vector<int32_t>{} : ids;
+    size_t printed = 0;
+    const auto print_new = [&] {
+      const std::string text = tok->decode(shown);
+      if (text.size() > printed) std::fwrite(text.data() + printed, 1, text.size() - printed, stdout);
+      std::fflush(stdout);
+      printed = text.size();
+    };
+    if (format == "text") print_new();
     std::vector<int32_t> produced;
     llmtrain::infer::generate(model, ids, max_new, o, [&](int32_t id) {
       produced.push_back(id);
-      if (format == "text") {
-        std::printf("%s", tok->decode({id}).c_str());
-        std::fflush(stdout);
+      if (format == "text" && id != o.stop_token) {
+        shown.push_back(id);
+        print_new();
       }
     });
     if (format == "ids") std::printf("%s", nlohmann::json(produced).dump().c_str());

@@ -84,6 +84,8 @@ void train_sentencepiece(const SentencePieceTrainOptions& o) {
   LLMTRAIN_CHECK(o.model_type == "bpe" || o.model_type == "unigram", "train_sentencepiece: model_type \"",
                  o.model_type, "\" is neither bpe nor unigram");
   LLMTRAIN_CHECK(o.vocab_size >= 16, "train_sentencepiece: vocab_size ", o.vocab_size, " is below 16");
+  if (const size_t slash = o.model_prefix.rfind('/'); slash != std::string::npos && slash > 0)
+    fs::make_dirs(o.model_prefix.substr(0, slash));  // SentencePiece writes there but does not create it
   std::string inputs;
   for (const auto& in : o.inputs) {
     LLMTRAIN_CHECK(in.find(',') == std::string::npos, "train_sentencepiece: input ", in,

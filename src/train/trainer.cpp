@@ -224,8 +224,12 @@ struct Trainer::Impl {
     o.top_k = cfg.sample.top_k;
     o.seed = cfg.train.seed + uint64_t(step);
     o.stop_token = tok->eot_id();
-    const auto ids = infer::generate(model, prompt, cfg.sample.tokens, o);
-    const std::string text = cfg.sample.prompt + tok->decode({ids.begin() + int64_t(prompt.size()), ids.end()});
+    auto ids = infer::generate(model, prompt, cfg.sample.tokens, o);
+    // Decoded as one piece (token by token would lose SentencePiece's spaces), without the end-of-text
+    // ids that start and end a fresh document.
+    if (cfg.sample.prompt.empty()) ids.erase(ids.begin());
+    if (!ids.empty() && ids.back() == o.stop_token) ids.pop_back();
+    const std::string text = tok->decode(ids);
     append_metrics({{"type", "sample"}, {"step", step}, {"text", text}});
     if (rank == 0) std::printf("step %lld sample: %s\n", static_cast<long long>(step), text.c_str());
   }

@@ -40,11 +40,11 @@ struct Trained {
     std::ofstream(dir + "/corpus.txt") << make_corpus(7, 3000);
     llmtrain::tokenizer::SentencePieceTrainOptions o;
     o.inputs = {dir + "/corpus.txt"};
-    o.model_prefix = dir + "/sp";
+    o.model_prefix = dir + "/new/folder/sp";  // created when missing
     o.model_type = type;
     o.vocab_size = 330;  // byte fallback takes 256 ids; the corpus supports ~340
     train_sentencepiece(o);
-    model = dir + "/sp.model";
+    model = dir + "/new/folder/sp.model";
   }
   ~Trained() { llmtrain::fs::remove_tree(dir); }
 };

@@ -83,3 +83,14 @@ TEST(TrainerConfig, DataFormatTokenizerAndSampling) {
   expect_error([] { TrainerConfig::parse(R"({"sample": {"every": 10}})", "a.json"); }, {"sample.every > 0 needs tokenizer.kind"});
   expect_error([] { TrainerConfig::parse(R"({"sample": {"temperature": -1}})", "a.json"); }, {"sample.temperature must be >= 0"});
 }
+
+TEST(TrainerConfig, TheExampleConfigsParse) {
+  const std::string dir = llmtrain::testing::test_source_dir() + "/examples/configs/";
+  for (const char* name : {"sotu_gpt2_124m.json", "sotu_tiny_cpu.json", "demo_cpu.json", "demo_gpu.json"})
+    EXPECT_NO_THROW(TrainerConfig::load(dir + name)) << name;
+  // A fine-tuning config gets its model and tokenizer from the checkpoint (finetune_config).
+  const auto ft = TrainerConfig::load(dir + "finetune_sft.json", {"tokenizer.kind=gpt2"});
+  EXPECT_TRUE(ft.sft());
+  const auto demo = TrainerConfig::load(dir + "demo_cpu.json");
+  EXPECT_EQ(demo.model.gpt2().vocab_size(), 4096);  // the demo's SentencePiece vocabulary
+}
