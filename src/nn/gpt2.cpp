@@ -194,9 +194,12 @@ GPT2Output GPT2Impl::forward(const torch::Tensor& idx, const torch::Tensor& targ
 
   const torch::Tensor x = transformer(idx);                                        // (B, T, C)
   GPT2Output out;
-  out.logits = torch::nn::functional::linear(x, transformer->wte->weight)          // (B, T, padded V)
-                   .narrow(-1, 0, cfg.vocab_size());                               // (B, T, V)
-  if (targets.defined()) out.loss = ops::cross_entropy(out.logits.flatten(0, 1), targets.flatten());
+  const torch::Tensor padded = torch::nn::functional::linear(x, transformer->wte->weight);  // (B, T, padded V)
+  out.logits = padded.narrow(-1, 0, cfg.vocab_size());                                      // (B, T, V)
+  // The loss reads the padded rows (padding columns excluded), so its gradient is the padded shape and
+  // no zero-filled copy is made on the way back.
+  if (targets.defined())
+    out.loss = ops::cross_entropy(padded.flatten(0, 1), targets.flatten(), kIgnoreIndex, cfg.vocab_size());
   return out;
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "llmtrain/core/error.h"
+#include "llmtrain/ops/adamw.h"
 
 namespace llmtrain::optim {
 
@@ -64,11 +65,11 @@ void split_decay(const std::vector<torch::Tensor>& params, std::vector<torch::Te
 }
 
 torch::Tensor global_grad_norm(const std::vector<torch::Tensor>& params) {
-  std::vector<torch::Tensor> norms;
+  std::vector<torch::Tensor> grads;
   for (const auto& p : params)
-    if (p.grad().defined()) norms.push_back(p.grad().to(torch::kFloat).norm());
-  if (norms.empty()) return torch::zeros({}, torch::kFloat);
-  return torch::stack(norms).norm();
+    if (p.grad().defined()) grads.push_back(p.grad().contiguous());
+  if (grads.empty()) return torch::zeros({}, torch::kFloat);
+  return ops::grad_norm_scale(grads, 1.0, 0.0)[0];
 }
 
 AutocastScope::AutocastScope(torch::DeviceType device, Precision precision) : device_(device) {
@@ -107,10 +108,8 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(torch::nn::Module& model, Optim
   std::vector<torch::Tensor> decay, no_decay;
   split_decay(masters_, decay, no_decay);
   const auto group_options = [&](double wd) {
-    return std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(o_.schedule.at(0))
-                                                            .betas({o_.beta1, o_.beta2})
-                                                            .eps(o_.eps)
-                                                            .weight_decay(wd));
+    return std::make_unique<torch::optim::AdamWOptions>(
+        torch::optim::AdamWOptions(o_.schedule.at(0)).betas({o_.beta1, o_.beta2}).eps(o_.eps).weight_decay(wd));
   };
   std::vector<torch::optim::OptimizerParamGroup> groups;
   if (!decay.empty()) groups.emplace_back(decay, group_options(o_.weight_decay));
@@ -142,23 +141,53 @@ StepInfo MixedPrecisionOptimizer::step(int64_t step) {
   torch::NoGradGuard no_grad;
   StepInfo info;
   info.lr = o_.schedule.at(step);
-  if (o_.precision == Precision::kBF16Master)  // AdamW works on the fp32 masters
-    for (size_t i = 0; i < params_.size(); ++i)
-      masters_[i].mutable_grad() =
-          params_[i].grad().defined() ? params_[i].grad().to(torch::kFloat) : torch::zeros_like(masters_[i]);
-  std::vector<torch::Tensor> grads;
-  for (const auto& m : masters_) grads.push_back(m.grad());
-  const bool found_inf = o_.precision == Precision::kFP16 && scaler_.unscale_(grads);
-  info.grad_norm = global_grad_norm(masters_).item<double>();
-  info.skipped = found_inf || !std::isfinite(info.grad_norm);
-  if (!info.skipped) {
-    if (o_.grad_clip > 0 && info.grad_norm > o_.grad_clip)
-      for (auto& g : grads)
-        if (g.defined()) g.mul_(o_.grad_clip / (info.grad_norm + 1e-6));
-    for (auto& group : adamw_->param_groups()) group.options().set_lr(info.lr);
-    adamw_->step();
-    sync_params_from_masters();
+  // The gradients as backward left them (bf16 for bf16-master: the kernels read them as they are).
+  std::vector<torch::Tensor> grads, exp_avgs, exp_avg_sqs;
+  std::vector<double> decays;
+  for (size_t i = 0; i < params_.size(); ++i)
+    grads.push_back(params_[i].grad().defined() ? params_[i].grad().contiguous() : torch::zeros_like(params_[i]));
+  // Adam's moments live in torch::optim::AdamW's state (so checkpoints keep its format); made on first use.
+  int64_t done = 0;
+  for (const auto& group : adamw_->param_groups())
+    for (const auto& m : group.params()) {
+      auto& slot = adamw_->state()[m.unsafeGetTensorImpl()];
+      if (!slot) {
+        auto st = std::make_unique<torch::optim::AdamWParamState>();
+        st->exp_avg(torch::zeros_like(m, torch::MemoryFormat::Contiguous));
+        st->exp_avg_sq(torch::zeros_like(m, torch::MemoryFormat::Contiguous));
+        st->step(0);
+        slot = std::move(st);
+      }
+      auto& st = static_cast<torch::optim::AdamWParamState&>(*slot);
+      if (st.exp_avg().device() != m.device()) {  // loaded from a checkpoint written on another device
+        st.exp_avg(st.exp_avg().to(m.device()).contiguous());
+        st.exp_avg_sq(st.exp_avg_sq().to(m.device()).contiguous());
+      }
+      done = st.step();
+    }
+  for (const auto& m : masters_) {
+    const auto& st = static_cast<torch::optim::AdamWParamState&>(*adamw_->state()[m.unsafeGetTensorImpl()]);
+    exp_avgs.push_back(st.exp_avg());
+    exp_avg_sqs.push_back(st.exp_avg_sq());
+    decays.push_back(m.dim() >= 2 ? o_.weight_decay : 0.0);
   }
+  const double inv_scale = o_.precision == Precision::kFP16 ? 1.0 / scaler_.scale_value() : 1.0;
+  const torch::Tensor norm_scale = ops::grad_norm_scale(grads, inv_scale, o_.grad_clip);
+  ops::AdamWHyper h;
+  h.lr = info.lr;
+  h.beta1 = o_.beta1;
+  h.beta2 = o_.beta2;
+  h.eps = o_.eps;
+  h.step = done + 1;
+  ops::adamw_step(masters_, grads, exp_avgs, exp_avg_sqs,
+                  o_.precision == Precision::kBF16Master ? params_ : std::vector<torch::Tensor>{}, decays, h,
+                  norm_scale);
+  // The step's one host synchronisation, after the update is queued: the norm for the log, and whether
+  // the device skipped the update (an inf/nan gradient).
+  info.grad_norm = norm_scale[0].item<double>();
+  info.skipped = !std::isfinite(info.grad_norm);
+  if (!info.skipped)
+    for (auto& [key, st] : adamw_->state()) static_cast<torch::optim::AdamWParamState&>(*st).step(done + 1);
   if (o_.precision == Precision::kFP16) scaler_.update(info.skipped);
   info.loss_scale = o_.precision == Precision::kFP16 ? scaler_.scale_value() : 1.0;
   zero_grad();

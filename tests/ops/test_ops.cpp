@@ -116,6 +116,16 @@ TEST(OpsCrossEntropy, GradientMatchesFiniteDifferences) {
   expect_gradients_match([&] { return ops::cross_entropy(logits, targets); }, {logits}, {"logits"});
 }
 
+TEST(OpsCrossEntropy, PaddingColumnsAreNoClassesAndGetNoGradient) {
+  const auto padded = torch::randn({5, 16}, kF64).requires_grad_();
+  const auto targets = torch::randint(13, {5}, torch::kLong);
+  const auto loss = ops::cross_entropy(padded, targets, ops::kIgnoreIndex, 13);
+  EXPECT_NEAR(loss.item<double>(), ops::cross_entropy(padded.narrow(1, 0, 13).contiguous(), targets).item<double>(), 1e-12);
+  loss.backward();
+  EXPECT_TRUE(torch::equal(padded.grad().narrow(1, 13, 3), torch::zeros({5, 3}, kF64)));
+  EXPECT_THROW(ops::cross_entropy(padded, targets, ops::kIgnoreIndex, 17), llmtrain::Error);
+}
+
 TEST(OpsCrossEntropy, RejectsBadShapes) {
   EXPECT_THROW(ops::cross_entropy(torch::randn({4, 5, 6}), torch::zeros({4}, torch::kLong)), llmtrain::Error);
   EXPECT_THROW(ops::cross_entropy(torch::randn({4, 5}), torch::zeros({3}, torch::kLong)), llmtrain::Error);

@@ -13,10 +13,14 @@ namespace llmtrain::ops {
 using ::llmtrain::kIgnoreIndex;
 
 /// Mean over the targets != ignore_index of -log softmax(logits)[target]; a scalar (float32 for
-/// half/bf16 logits). Like PyTorch, a batch whose targets are all ignored gives NaN.
+/// half/bf16 logits). Like PyTorch, a batch whose targets are all ignored gives NaN. Only the first
+/// `num_classes` columns are classes (-1: all); the rest are padding (a padded vocabulary) that gets
+/// no probability and a zero gradient. On CUDA (float32, bf16, fp16 logits with unit column stride)
+/// this is the fused classifier of kernels/cross_entropy.cu, where a target outside [0, num_classes)
+/// makes the loss NaN; elsewhere the ATen reference, which throws for it.
 ///   auto loss = llmtrain::ops::cross_entropy(logits.flatten(0, 1), targets.flatten());
-at::Tensor cross_entropy(const at::Tensor& logits,   // (N, V), rows may be strided
+at::Tensor cross_entropy(const at::Tensor& logits,   // (N, C), rows may be strided
                          const at::Tensor& targets,  // (N) int64
-                         int64_t ignore_index = kIgnoreIndex);
+                         int64_t ignore_index = kIgnoreIndex, int64_t num_classes = -1);
 
 }  // namespace llmtrain::ops

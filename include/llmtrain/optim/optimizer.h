@@ -1,7 +1,9 @@
-// The AMP-aware optimizer loop in one object: after backward, step() unscales the gradients (fp16),
-// checks them for inf/nan (a bad step becomes a no-op, and fp16 backs its loss scale off), clips the
-// global norm, sets the scheduled learning rate, runs AdamW with GPT-2's parameter groups, updates the
-// loss scale and zeroes the gradients. Precision modes: fp32; bf16 (autocast over fp32 parameters);
+// The AMP-aware optimizer loop in one object: after backward, step() takes the global gradient norm
+// (unscaled for fp16), folds the loss-scale inverse and the clipping factor into one factor, runs AdamW
+// with GPT-2's parameter groups at the scheduled learning rate (a non-finite norm makes it a no-op, and
+// fp16 backs its loss scale off), updates the loss scale and zeroes the gradients. On CUDA these are
+// the multi-tensor kernels of ops/adamw.h, and the step's only host synchronisation is reading the
+// norm after the update is queued. Precision modes: fp32; bf16 (autocast over fp32 parameters);
 // fp16 (autocast with dynamic loss scaling); bf16-master (bf16 parameters, fp32 master weights and
 // AdamW state in the optimizer).
 #pragma once

@@ -1,0 +1,122 @@
+// bench_train: GPT-2 124M training steps on the GPU, llmtrain's fused path against plain LibTorch in
+// the same run. Each row builds the model and the optimizer afresh, runs warm-up steps, then times
+// `--steps` whole optimizer steps (forward, backward, clipping, AdamW, the logged loss read back) on
+// random tokens. Rows:
+//   libtorch        bf16 autocast over fp32 parameters, every op on its ATen path (kernels off)
+//   libtorch-bf16w  bf16 parameters with fp32 master weights, ATen paths (kernels off)
+//   llmtrain        bf16 parameters with fp32 master weights, llmtrain's CUDA kernels on
+//   build/bin/bench_train --batch 16 --batch 32 --steps 20
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <llmtrain/llmtrain.h>
+#include <torch/cuda.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+struct Row {
+  std::string name;
+  int64_t batch;
+  double ms_per_step, tokens_per_s, mfu, peak_gib, loss;
+};
+
+Row run(const std::string& name, bool kernels, llmtrain::optim::Precision precision, int64_t B, int64_t T, int steps,
+        int warmup, double peak_flops) {
+  llmtrain::ops::set_cuda_kernels_enabled(kernels);
+  torch::manual_seed(1337);
+  llmtrain::nn::GPT2 model(llmtrain::nn::GPT2Config::preset("gpt2"));
+  model->to(torch::kCUDA);
+  llmtrain::optim::OptimizerOptions o;
+  o.schedule.lr = 6e-4;
+  o.precision = precision;
+  llmtrain::optim::MixedPrecisionOptimizer opt(*model, o);
+  const auto idx = torch::randint(50257, {B, T + 1}, torch::TensorOptions().dtype(torch::kLong).device(torch::kCUDA));
+  const auto inputs = idx.narrow(1, 0, T).contiguous(), targets = idx.narrow(1, 1, T).contiguous();
+  c10::cuda::CUDACachingAllocator::emptyCache();
+  c10::cuda::CUDACachingAllocator::resetPeakStats(0);
+  double loss = 0;
+  const auto step = [&](int64_t s) {
+    torch::Tensor l;
+    {
+      llmtrain::optim::AutocastScope amp(torch::kCUDA, precision);
+      l = model(inputs, targets).loss;
+    }
+    l.backward();
+    opt.step(s);
+    loss = l.item<double>();  // the logged loss, as the Trainer reads it
+  };
+  for (int s = 0; s < warmup; ++s) step(s);
+  torch::cuda::synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int s = 0; s < steps; ++s) step(warmup + s);
+  torch::cuda::synchronize();
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps;
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
+  Row r;
+  r.name = name;
+  r.batch = B;
+  r.ms_per_step = sec * 1e3;
+  r.tokens_per_s = double(B * T) / sec;
+  r.mfu = peak_flops > 0 ? r.tokens_per_s * model->flops_per_token(T) / peak_flops : 0;
+  r.peak_gib = double(stats.allocated_bytes[size_t(c10::CachingAllocator::StatType::AGGREGATE)].peak) / (1 << 30);
+  r.loss = loss;
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"GPT-2 124M training steps: llmtrain's fused path against plain LibTorch"};
+  std::vector<int64_t> batches;
+  int64_t T = 1024;
+  int steps = 20, warmup = 5;
+  double peak_tflops = 989.4;
+  app.add_option("--batch", batches, "batch sizes (repeatable; default 16 and 32)");
+  app.add_option("--seq", T, "sequence length")->capture_default_str();
+  app.add_option("--steps", steps, "timed steps per row")->capture_default_str();
+  app.add_option("--warmup", warmup, "untimed steps first")->capture_default_str();
+  app.add_option("--peak-tflops", peak_tflops, "the GPU's dense bf16 peak, for MFU (H100/H200: 989.4)")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  if (batches.empty()) batches = {16, 32};
+  if (!torch::cuda::is_available()) {
+    std::fprintf(stderr, "bench_train: needs a CUDA device\n");
+    return 1;
+  }
+  using llmtrain::optim::Precision;
+  std::vector<Row> rows;
+  try {
+    for (int64_t B : batches) {
+      rows.push_back(run("libtorch", false, Precision::kBF16, B, T, steps, warmup, peak_tflops * 1e12));
+      rows.push_back(run("libtorch-bf16w", false, Precision::kBF16Master, B, T, steps, warmup, peak_tflops * 1e12));
+      rows.push_back(run("llmtrain", true, Precision::kBF16Master, B, T, steps, warmup, peak_tflops * 1e12));
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_train: %s\n", e.what());
+    return 1;
+  }
+  std::printf("%-15s %5s %10s %12s %7s %9s %9s %8s\n", "path", "B", "ms/step", "tok/s", "MFU", "peak GiB", "loss",
+              "speedup");
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& r : rows) {
+    double base = 0;
+    for (const auto& b : rows)
+      if (b.batch == r.batch && b.name == "libtorch") base = b.tokens_per_s;
+    std::printf("%-15s %5lld %10.2f %12.0f %6.1f%% %9.2f %9.4f %7.2fx\n", r.name.c_str(),
+                static_cast<long long>(r.batch), r.ms_per_step, r.tokens_per_s, 100 * r.mfu, r.peak_gib, r.loss,
+                r.tokens_per_s / base);
+    out.push_back({{"path", r.name},
+                   {"batch", r.batch},
+                   {"seq", T},
+                   {"ms_per_step", r.ms_per_step},
+                   {"tokens_per_s", r.tokens_per_s},
+                   {"mfu", r.mfu},
+                   {"peak_gib", r.peak_gib},
+                   {"speedup_vs_libtorch", r.tokens_per_s / base}});
+  }
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}

@@ -1,0 +1,37 @@
+// The optimizer's arithmetic as two ops: the global gradient norm folded with loss-scale inverse and
+// clipping into one factor, and AdamW over many tensors (fp32 master weights, optional bf16 copies
+// written back). On CUDA both are the multi-tensor kernels of kernels/adamw.cu and the factor stays on
+// the device (a non-finite norm makes the update a no-op there); elsewhere the ATen reference.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace llmtrain::ops {
+
+/// A (2) float32 tensor on the gradients' device: [0] the global L2 norm of grads * inv_scale, [1] the
+/// factor AdamW applies to the gradients: inv_scale * min(1, max_norm / (norm + 1e-6)) (no clipping
+/// when max_norm <= 0), NaN when the norm is not finite. All grads share one dtype and device.
+///   auto norm_scale = llmtrain::ops::grad_norm_scale(grads, 1.0, 1.0);
+at::Tensor grad_norm_scale(const std::vector<at::Tensor>& grads, double inv_scale, double max_norm);
+
+/// What one AdamW step uses besides the tensors.
+struct AdamWHyper {
+  double lr = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  int64_t step = 1;  // this step's number, from 1 (bias corrections)
+};
+
+/// For each i, with g = grads[i] * norm_scale[1]: decoupled weight decay masters[i] *= 1 - lr *
+/// weight_decays[i], then Adam's update of masters[i] with exp_avgs[i] and exp_avg_sqs[i] (float32,
+/// updated in place), then params[i] = masters[i] when `params` is not empty (bf16 copies). Nothing
+/// changes when norm_scale[1] is not finite. Throws llmtrain::Error naming the tensor whose shape,
+/// dtype or device does not fit.
+///   llmtrain::ops::adamw_step(masters, grads, m, v, {}, wds, {.lr = 6e-4, .step = 1}, norm_scale);
+void adamw_step(const std::vector<at::Tensor>& masters, const std::vector<at::Tensor>& grads,
+                const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
+                const std::vector<at::Tensor>& params, const std::vector<double>& weight_decays,
+                const AdamWHyper& hyper, const at::Tensor& norm_scale);
+
+}  // namespace llmtrain::ops

@@ -1,0 +1,115 @@
+// Block per chunk, 512 threads, element-strided loops: the tensors' sizes and alignments vary (biases of
+// 768, matrices of 2.4M), and at 12 bytes read and 12-14 written per element the step is bound by
+// memory bandwidth, not by instruction count.
+#include "adamw.cuh"
+#include "common/common.cuh"
+
+namespace llmtrain::kernels {
+namespace {
+
+constexpr int kThreads = 512;
+
+template <typename G>
+__global__ void __launch_bounds__(kThreads)
+    grad_sumsq_kernel(const AdamWTensor* __restrict__ tensors, const AdamWChunk* __restrict__ chunks,
+                      float* __restrict__ partials) {
+  __shared__ float scratch[32];
+  const AdamWChunk c = chunks[blockIdx.x];
+  const AdamWTensor t = tensors[c.tensor];
+  const G* g = static_cast<const G*>(t.grad);
+  const int64_t end = min(c.start + kAdamWChunk, t.numel);
+  float s = 0.f;
+  for (int64_t i = c.start + threadIdx.x; i < end; i += kThreads) {
+    const float x = to_float(g[i]);
+    s += x * x;
+  }
+  s = block_sum(s, scratch);
+  if (threadIdx.x == 0) partials[blockIdx.x] = s;
+}
+
+__global__ void __launch_bounds__(1024)
+    grad_norm_finish_kernel(const float* __restrict__ partials, int64_t n, float inv_scale, float max_norm,
+                            float* __restrict__ out) {
+  __shared__ float scratch[32];
+  float s = 0.f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += partials[i];
+  s = block_sum(s, scratch);
+  if (threadIdx.x == 0) {
+    const float norm = sqrtf(s) * inv_scale;
+    out[0] = norm;
+    float factor = inv_scale;
+    if (max_norm > 0.f && norm > max_norm) factor *= max_norm / (norm + 1e-6f);
+    out[1] = isfinite(norm) ? factor : NAN;
+  }
+}
+
+template <typename G>
+__global__ void __launch_bounds__(kThreads)
+    adamw_kernel(const AdamWTensor* __restrict__ tensors, const AdamWChunk* __restrict__ chunks, float lr, float beta1,
+                 float beta2, float eps, float bc1, float bc2, const float* __restrict__ scale) {
+  const float s = scale[0];
+  if (!isfinite(s)) return;  // an inf/nan gradient: the step is skipped on the device
+  const AdamWChunk c = chunks[blockIdx.x];
+  const AdamWTensor t = tensors[c.tensor];
+  const G* g = static_cast<const G*>(t.grad);
+  __nv_bfloat16* param = static_cast<__nv_bfloat16*>(t.param);
+  const int64_t end = min(c.start + kAdamWChunk, t.numel);
+  const float decay = 1.f - lr * t.weight_decay, step_size = lr / bc1, root_bc2 = sqrtf(bc2);
+  for (int64_t i = c.start + threadIdx.x; i < end; i += kThreads) {
+    const float grad = to_float(g[i]) * s;
+    const float m = t.exp_avg[i] + (1.f - beta1) * (grad - t.exp_avg[i]);
+    const float v = beta2 * t.exp_avg_sq[i] + (1.f - beta2) * grad * grad;
+    const float w = t.master[i] * decay - step_size * m / (sqrtf(v) / root_bc2 + eps);
+    t.exp_avg[i] = m;
+    t.exp_avg_sq[i] = v;
+    t.master[i] = w;
+    if (param) param[i] = __float2bfloat16_rn(w);
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_grad_sumsq(const AdamWTensor* tensors, const AdamWChunk* chunks, int64_t num_chunks,
+                              DType grad_dtype, float* partials, cudaStream_t stream) {
+  if (num_chunks == 0) return cudaSuccess;
+  switch (grad_dtype) {
+    case DType::kFloat32:
+      grad_sumsq_kernel<float><<<num_chunks, kThreads, 0, stream>>>(tensors, chunks, partials);
+      break;
+    case DType::kBFloat16:
+      grad_sumsq_kernel<__nv_bfloat16><<<num_chunks, kThreads, 0, stream>>>(tensors, chunks, partials);
+      break;
+    case DType::kFloat16:
+      grad_sumsq_kernel<__half><<<num_chunks, kThreads, 0, stream>>>(tensors, chunks, partials);
+      break;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t launch_grad_norm_finish(const float* partials, int64_t num_chunks, float inv_scale, float max_norm,
+                                    float* out, cudaStream_t stream) {
+  grad_norm_finish_kernel<<<1, 1024, 0, stream>>>(partials, num_chunks, inv_scale, max_norm, out);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_adamw(const AdamWTensor* tensors, const AdamWChunk* chunks, int64_t num_chunks, DType grad_dtype,
+                         float lr, float beta1, float beta2, float eps, float bc1, float bc2, const float* scale,
+                         cudaStream_t stream) {
+  if (num_chunks == 0) return cudaSuccess;
+  switch (grad_dtype) {
+    case DType::kFloat32:
+      adamw_kernel<float><<<num_chunks, kThreads, 0, stream>>>(tensors, chunks, lr, beta1, beta2, eps, bc1, bc2, scale);
+      break;
+    case DType::kBFloat16:
+      adamw_kernel<__nv_bfloat16>
+          <<<num_chunks, kThreads, 0, stream>>>(tensors, chunks, lr, beta1, beta2, eps, bc1, bc2, scale);
+      break;
+    case DType::kFloat16:
+      adamw_kernel<__half>
+          <<<num_chunks, kThreads, 0, stream>>>(tensors, chunks, lr, beta1, beta2, eps, bc1, bc2, scale);
+      break;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace llmtrain::kernels
