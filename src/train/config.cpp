@@ -28,6 +28,7 @@ std::vector<Field> fields(TrainerConfig& c) {
       {"model.dropout", &c.model.dropout},       {"model.init_from", &c.model.init_from},
       {"data.train", &c.data.train},             {"data.val", &c.data.val},
       {"data.format", &c.data.format},           {"data.pack", &c.data.pack},
+      {"data.shuffle", &c.data.shuffle},
       {"tokenizer.kind", &c.tokenizer.kind},     {"tokenizer.path", &c.tokenizer.path},
       {"train.batch_size", &c.train.batch_size},
       {"train.seq_len", &c.train.seq_len},       {"train.total_batch_tokens", &c.train.total_batch_tokens},

@@ -268,7 +268,7 @@ Trainer::Trainer(TrainerConfig config, std::shared_ptr<dist::Communicator> comm)
   if (!c.model.init_from.empty()) d.load_initial_weights(c.model.init_from);
   d.model->to(d.device);
   d.opt = std::make_unique<optim::MixedPrecisionOptimizer>(*d.model, c.optimizer());
-  d.train = d.make_source(c.data.train, true, d.sft_train);
+  d.train = d.make_source(c.data.train, c.data.shuffle, d.sft_train);
   // Evaluation always reads the same batches: the val data (else the train data) in file order.
   d.val = d.make_source(c.data.val.empty() ? c.data.train : c.data.val, false, d.sft_val);
   if (d.device.is_cuda()) d.peak_flops = gpu_peak_flops(d.device);

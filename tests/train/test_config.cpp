@@ -73,6 +73,8 @@ TEST(TrainerConfig, DataFormatTokenizerAndSampling) {
       R"({"data": {"train": "sft/train.jsonl", "pack": true}, "tokenizer": {"kind": "gpt2"}, "sample": {"every": 50}})", "a.json");
   EXPECT_TRUE(sft.sft());
   EXPECT_TRUE(sft.data.pack);
+  EXPECT_TRUE(sft.data.shuffle);  // default
+  EXPECT_FALSE(TrainerConfig::parse(R"({"data": {"shuffle": false}})", "a.json").data.shuffle);
   EXPECT_FALSE(TrainerConfig::parse(R"({"data": {"train": "shards/train_*.bin"}})", "a.json").sft());
   EXPECT_TRUE(TrainerConfig::parse(R"({"data": {"train": "x.txt", "format": "sft"}, "tokenizer": {"kind": "gpt2"}})", "a.json").sft());
   expect_error([] { TrainerConfig::parse(R"({"data": {"train": "t.jsonl"}})", "a.json"); },

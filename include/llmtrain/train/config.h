@@ -25,6 +25,7 @@ struct DataConfig {
   std::string val;               // the same kind as train; empty: evaluate on train
   std::string format = "auto";   // shards | sft | auto (sft for *.jsonl)
   bool pack = false;             // sft: several examples per window
+  bool shuffle = true;           // train batches in a seeded order each epoch; false: file order
 };
 
 /// The tokenizer of the data: needed for SFT JSONL and for samples during training.
