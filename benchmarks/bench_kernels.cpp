@@ -67,6 +67,22 @@ int main(int argc, char** argv) {
         },
         iters));
   }
+  // Layer norm: one of GPT-2 124M's (B=16, T=1024, C=768), bf16, forward and backward.
+  {
+    const int64_t N = 16 * 1024, C = 768;
+    const auto x = torch::randn({N, C}, cuda.dtype(torch::kBFloat16)).requires_grad_();
+    const auto w = torch::randn({C}, cuda.dtype(torch::kBFloat16)).requires_grad_();
+    const auto b = torch::randn({C}, cuda.dtype(torch::kBFloat16)).requires_grad_();
+    const auto dout = torch::randn({N, C}, cuda.dtype(torch::kBFloat16));
+    const double bytes = double(N * C) * 2 * 5;  // forward: x in, y out; backward: dout and x in, dx out
+    results.push_back(compare(
+        "layer_norm fwd+bwd (16384 x 768 bf16)", bytes,
+        [&] {
+          for (const auto* t : {&x, &w, &b}) t->mutable_grad() = torch::Tensor();
+          llmtrain::ops::layer_norm(x, w, b).backward(dout);
+        },
+        iters));
+  }
   // The optimizer: GPT-2 124M's tensors, bf16 gradients, fp32 masters and moments, bf16 copies.
   {
     llmtrain::nn::GPT2 model(llmtrain::nn::GPT2Config::preset("gpt2"));

@@ -23,6 +23,12 @@ bool cross_entropy_supported(const at::Tensor& logits);
 at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& targets, int64_t ignore_index,
                          int64_t num_classes);
 
+/// True when the layer norm kernels take these: CUDA tensors, x of float32/bf16/fp16 with at most
+/// kernels::kLayerNormMaxC columns, weight and bias contiguous of x's dtype or float32.
+bool layer_norm_supported(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
+/// ops::layer_norm on the kernels (an autograd function); x is made contiguous first.
+at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps);
+
 /// ops::grad_norm_scale and ops::adamw_step on the multi-tensor kernels (arguments already checked for
 /// counts, shapes and devices; contiguity and dtypes are checked here).
 at::Tensor grad_norm_scale(const std::vector<at::Tensor>& grads, double inv_scale, double max_norm);

@@ -5,6 +5,7 @@
 
 #include "llmtrain/ops/adamw.h"
 #include "llmtrain/ops/cross_entropy.h"
+#include "llmtrain/ops/layer_norm.h"
 #include "test_util.h"
 
 namespace ops = llmtrain::ops;
@@ -165,4 +166,57 @@ TEST(OpsAdamW, NonFiniteGradientMakesTheFusedStepANoOp_CUDA) {
   c.grads[4] = torch::randn({200003 * 2}, torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16))
                    .slice(0, 0, 400006, 2);
   llmtrain::testing::expect_error([&] { c.step(1, 1.0, 1.0); }, {"grads[4]", "contiguous"});
+}
+
+TEST(OpsLayerNorm, KernelsMatchReference_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  const std::pair<torch::Dtype, torch::Dtype> types[] = {{torch::kFloat, torch::kFloat},
+                                                         {torch::kBFloat16, torch::kBFloat16},
+                                                         {torch::kBFloat16, torch::kFloat},
+                                                         {torch::kHalf, torch::kHalf}};
+  for (const auto& [xt, wt] : types)
+    for (int64_t C : {3, 7, 768, 1600, 4096})
+      for (int64_t rows : kRows) {
+        SCOPED_TRACE(testing::Message() << xt << "/" << wt << " rows " << rows << " C " << C);
+        const auto x = (2 * torch::randn({rows, C}, torch::kDouble) + 0.5).to(xt);
+        const auto w = (1 + 0.3 * torch::randn({C}, torch::kDouble)).to(wt),
+                   b = (0.2 * torch::randn({C}, torch::kDouble)).to(wt);
+        const auto dout = torch::randn({rows, C}, torch::kDouble).to(xt);
+        // Reference: float64 on the CPU from the same rounded inputs.
+        auto rx = x.to(torch::kDouble).requires_grad_(), rw = w.to(torch::kDouble).requires_grad_(),
+             rb = b.to(torch::kDouble).requires_grad_();
+        const auto ry = ops::layer_norm(rx, rw, rb);
+        ry.backward(dout.to(torch::kDouble));
+        // Kernels: x transposed twice, so the op sees a non-contiguous (rows, C) view.
+        auto gx = x.to(torch::kCUDA).t().contiguous().t().requires_grad_();
+        auto gw = w.to(torch::kCUDA).requires_grad_(), gb = b.to(torch::kCUDA).requires_grad_();
+        const auto gy = ops::layer_norm(gx, gw, gb);
+        ASSERT_EQ(gy.scalar_type(), xt);
+        gy.backward(dout.to(torch::kCUDA));
+        const double tol = tolerance(xt);
+        const auto near = [&](const torch::Tensor& got, const torch::Tensor& want, const char* what) {
+          const auto g = got.to(torch::kCPU, torch::kDouble);
+          EXPECT_TRUE(torch::allclose(g, want, tol, 1e-5 + tol * want.abs().max().item<double>()))
+              << what << " max diff " << (g - want).abs().max().item<double>();
+        };
+        near(gy, ry.detach(), "y");
+        near(gx.grad(), rx.grad(), "dx");
+        near(gw.grad(), rw.grad(), "dweight");
+        near(gb.grad(), rb.grad(), "dbias");
+      }
+}
+
+TEST(OpsLayerNorm, BackwardIsReproducibleBitForBit_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
+  const auto x = torch::randn({16 * 1024, 768}, cuda).requires_grad_();
+  const auto w = torch::randn({768}, cuda).requires_grad_(), b = torch::randn({768}, cuda).requires_grad_();
+  const auto dout = torch::randn({16 * 1024, 768}, cuda);
+  std::vector<torch::Tensor> dw;
+  for (int i = 0; i < 2; ++i) {
+    w.mutable_grad() = torch::Tensor();
+    ops::layer_norm(x, w, b).backward(dout);
+    dw.push_back(w.grad().clone());
+  }
+  EXPECT_TRUE(torch::equal(dw[0], dw[1]));
 }
