@@ -105,7 +105,8 @@ class MixedPrecisionOptimizer {
 
   /// The loss to call backward() on: multiplied by the loss scale in fp16, unchanged otherwise.
   torch::Tensor scale_loss(const torch::Tensor& loss) const;
-  /// Unscale and check, clip, AdamW at schedule.at(step), update the scale, zero the gradients.
+  /// Unscale and check, clip, AdamW at schedule.at(step), update the scale, zero the gradients. A
+  /// parameter without a gradient counts as one with a zero gradient (its weight decay still applies).
   StepInfo step(int64_t step);
   void zero_grad();
 
