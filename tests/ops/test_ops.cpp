@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "llmtrain/core/error.h"
+#include "llmtrain/ops/adamw.h"
 #include "llmtrain/ops/attention.h"
 #include "llmtrain/ops/cross_entropy.h"
 #include "llmtrain/ops/gelu.h"
@@ -25,15 +26,13 @@ torch::Tensor gelu_formula(const torch::Tensor& x) {
   return 0.5 * x * (1 + torch::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x.pow(3))));
 }
 
-torch::Tensor layer_norm_formula(const torch::Tensor& x, const torch::Tensor& w,
-                                 const torch::Tensor& b, double eps) {
+torch::Tensor layer_norm_formula(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, double eps) {
   const auto mean = x.mean(-1, true);
   const auto var = (x - mean).pow(2).mean(-1, true);
   return (x - mean) / torch::sqrt(var + eps) * w + b;
 }
 
-torch::Tensor attention_formula(const torch::Tensor& q, const torch::Tensor& k,
-                                const torch::Tensor& v) {
+torch::Tensor attention_formula(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
   const int64_t T = q.size(2);
   auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(q.size(-1)));
   const auto future = torch::ones({T, T}, torch::kBool).triu(1);
@@ -65,8 +64,7 @@ TEST(OpsLayerNorm, MatchesFormula) {
   }
   const auto strided = torch::randn({96, 3, 5}, kF64).permute({2, 1, 0});  // (5, 3, 96), strided
   const auto w = torch::randn({96}, kF64), b = torch::randn({96}, kF64);
-  EXPECT_LT(max_abs_diff(ops::layer_norm(strided, w, b, 1e-3), layer_norm_formula(strided, w, b, 1e-3)),
-            1e-12);
+  EXPECT_LT(max_abs_diff(ops::layer_norm(strided, w, b, 1e-3), layer_norm_formula(strided, w, b, 1e-3)), 1e-12);
 }
 
 TEST(OpsLayerNorm, GradientMatchesFiniteDifferences) {
@@ -74,8 +72,7 @@ TEST(OpsLayerNorm, GradientMatchesFiniteDifferences) {
   const auto w = torch::randn({24}, kF64).requires_grad_();
   const auto b = torch::randn({24}, kF64).requires_grad_();
   const auto r = torch::randn({5, 24}, kF64);
-  expect_gradients_match([&] { return (ops::layer_norm(x, w, b) * r).sum(); }, {x, w, b},
-                         {"x", "weight", "bias"});
+  expect_gradients_match([&] { return (ops::layer_norm(x, w, b) * r).sum(); }, {x, w, b}, {"x", "weight", "bias"});
 }
 
 TEST(OpsLayerNorm, RejectsMismatchedWeight) {
@@ -120,7 +117,8 @@ TEST(OpsCrossEntropy, PaddingColumnsAreNoClassesAndGetNoGradient) {
   const auto padded = torch::randn({5, 16}, kF64).requires_grad_();
   const auto targets = torch::randint(13, {5}, torch::kLong);
   const auto loss = ops::cross_entropy(padded, targets, ops::kIgnoreIndex, 13);
-  EXPECT_NEAR(loss.item<double>(), ops::cross_entropy(padded.narrow(1, 0, 13).contiguous(), targets).item<double>(), 1e-12);
+  EXPECT_NEAR(loss.item<double>(), ops::cross_entropy(padded.narrow(1, 0, 13).contiguous(), targets).item<double>(),
+              1e-12);
   loss.backward();
   EXPECT_TRUE(torch::equal(padded.grad().narrow(1, 13, 3), torch::zeros({5, 3}, kF64)));
   EXPECT_THROW(ops::cross_entropy(padded, targets, ops::kIgnoreIndex, 17), llmtrain::Error);
@@ -158,4 +156,58 @@ TEST(OpsAttention, RejectsBadShapes) {
   EXPECT_THROW(ops::attention(q.flatten(0, 1), q.flatten(0, 1), q.flatten(0, 1)), llmtrain::Error);
   EXPECT_THROW(ops::attention(q, torch::randn({1, 2, 6, 4}), q), llmtrain::Error);
   EXPECT_THROW(ops::attention(q, q, q, 1.0), llmtrain::Error);
+}
+
+TEST(OpsAdamW, ReferenceStepEqualsLibTorchAdamW) {
+  // Three steps of ops::adamw_step (no clipping, no loss scale) against torch::optim::AdamW.
+  std::vector<torch::Tensor> ours, grads, m, v;
+  std::vector<double> wd;
+  std::vector<torch::Tensor> theirs;
+  for (int64_t n : {1, 7, 113}) {
+    ours.push_back(torch::randn({n}));
+    theirs.push_back(ours.back().clone().requires_grad_());
+    grads.push_back(torch::randn({n}));
+    m.push_back(torch::zeros({n}));
+    v.push_back(torch::zeros({n}));
+    wd.push_back(n == 7 ? 0.0 : 0.1);
+  }
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(std::vector<torch::Tensor>{theirs[0], theirs[2]},
+                      std::make_unique<torch::optim::AdamWOptions>(
+                          torch::optim::AdamWOptions(1e-2).betas({0.9, 0.95}).weight_decay(0.1)));
+  groups.emplace_back(std::vector<torch::Tensor>{theirs[1]},
+                      std::make_unique<torch::optim::AdamWOptions>(
+                          torch::optim::AdamWOptions(1e-2).betas({0.9, 0.95}).weight_decay(0.0)));
+  torch::optim::AdamW adamw(groups);
+  ops::AdamWHyper h;
+  h.lr = 1e-2;
+  h.beta2 = 0.95;
+  for (int64_t s = 1; s <= 3; ++s) {
+    h.step = s;
+    ops::adamw_step(ours, grads, m, v, {}, wd, h, ops::grad_norm_scale(grads, 1.0, 0.0));
+    for (size_t i = 0; i < theirs.size(); ++i) theirs[i].mutable_grad() = grads[i].clone();
+    adamw.step();
+  }
+  for (size_t i = 0; i < ours.size(); ++i) EXPECT_TRUE(torch::allclose(ours[i], theirs[i].detach(), 1e-6, 1e-7)) << i;
+}
+
+TEST(OpsAdamW, NormScaleClipsAndBadInputNamesTheTensor) {
+  const std::vector<torch::Tensor> grads = {torch::full({3, 4}, 2.0f), torch::full({3}, 2.0f)};  // norm sqrt(60)
+  const auto ns = ops::grad_norm_scale(grads, 0.5, 1.0);
+  EXPECT_NEAR(ns[0].item<double>(), 0.5 * std::sqrt(60.0), 1e-5);
+  EXPECT_NEAR(ns[1].item<double>(), 0.5 / (0.5 * std::sqrt(60.0) + 1e-6), 1e-6);
+  EXPECT_NEAR(ops::grad_norm_scale(grads, 1.0, 100.0)[1].item<double>(), 1.0, 0.0);  // under the limit
+  EXPECT_TRUE(std::isnan(ops::grad_norm_scale({torch::tensor({1.0f, NAN})}, 1.0, 1.0)[1].item<double>()));
+  llmtrain::testing::expect_error(
+      [&] {
+        ops::grad_norm_scale({grads[0], grads[1].to(torch::kDouble)}, 1.0, 1.0);
+      },
+      {"grads[1]", "Double"});
+  std::vector<torch::Tensor> masters = {torch::zeros({3, 4}), torch::zeros({3})};
+  std::vector<torch::Tensor> m = {torch::zeros({3, 4}), torch::zeros({4})};
+  llmtrain::testing::expect_error(
+      [&] {
+        ops::adamw_step(masters, grads, m, masters, {}, {0.1, 0.0}, {}, ops::grad_norm_scale(grads, 1, 1));
+      },
+      {"exp_avgs[1]", "[3]"});
 }
