@@ -59,9 +59,14 @@ void GradScaler::set_state(double scale, int64_t good_steps) {
 
 // ---- groups, norm, autocast ---------------------------------------------------------------------
 
+namespace {
+// GPT-2's parameter groups: matrices and embeddings decay; biases and layer-norm gains do not.
+bool takes_decay(const torch::Tensor& p) { return p.dim() >= 2; }
+}  // namespace
+
 void split_decay(const std::vector<torch::Tensor>& params, std::vector<torch::Tensor>& decay,
                  std::vector<torch::Tensor>& no_decay) {
-  for (const auto& p : params) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  for (const auto& p : params) (takes_decay(p) ? decay : no_decay).push_back(p);
 }
 
 torch::Tensor global_grad_norm(const std::vector<torch::Tensor>& params) {
@@ -147,29 +152,25 @@ StepInfo MixedPrecisionOptimizer::step(int64_t step) {
   for (size_t i = 0; i < params_.size(); ++i)
     grads.push_back(params_[i].grad().defined() ? params_[i].grad().contiguous() : torch::zeros_like(params_[i]));
   // Adam's moments live in torch::optim::AdamW's state (so checkpoints keep its format); made on first use.
-  int64_t done = 0;
-  for (const auto& group : adamw_->param_groups())
-    for (const auto& m : group.params()) {
-      auto& slot = adamw_->state()[m.unsafeGetTensorImpl()];
-      if (!slot) {
-        auto st = std::make_unique<torch::optim::AdamWParamState>();
-        st->exp_avg(torch::zeros_like(m, torch::MemoryFormat::Contiguous));
-        st->exp_avg_sq(torch::zeros_like(m, torch::MemoryFormat::Contiguous));
-        st->step(0);
-        slot = std::move(st);
-      }
-      auto& st = static_cast<torch::optim::AdamWParamState&>(*slot);
-      if (st.exp_avg().device() != m.device()) {  // loaded from a checkpoint written on another device
-        st.exp_avg(st.exp_avg().to(m.device()).contiguous());
-        st.exp_avg_sq(st.exp_avg_sq().to(m.device()).contiguous());
-      }
-      done = st.step();
-    }
+  int64_t done = 0;  // steps taken: the same for every tensor
   for (const auto& m : masters_) {
-    const auto& st = static_cast<torch::optim::AdamWParamState&>(*adamw_->state()[m.unsafeGetTensorImpl()]);
+    auto& slot = adamw_->state()[m.unsafeGetTensorImpl()];
+    if (!slot) {
+      auto fresh = std::make_unique<torch::optim::AdamWParamState>();
+      fresh->exp_avg(torch::zeros_like(m, torch::MemoryFormat::Contiguous));
+      fresh->exp_avg_sq(torch::zeros_like(m, torch::MemoryFormat::Contiguous));
+      fresh->step(0);
+      slot = std::move(fresh);
+    }
+    auto& st = static_cast<torch::optim::AdamWParamState&>(*slot);
+    if (st.exp_avg().device() != m.device()) {  // loaded from a checkpoint written on another device
+      st.exp_avg(st.exp_avg().to(m.device()).contiguous());
+      st.exp_avg_sq(st.exp_avg_sq().to(m.device()).contiguous());
+    }
+    done = st.step();
     exp_avgs.push_back(st.exp_avg());
     exp_avg_sqs.push_back(st.exp_avg_sq());
-    decays.push_back(m.dim() >= 2 ? o_.weight_decay : 0.0);
+    decays.push_back(takes_decay(m) ? o_.weight_decay : 0.0);
   }
   const double inv_scale = o_.precision == Precision::kFP16 ? 1.0 / scaler_.scale_value() : 1.0;
   const torch::Tensor norm_scale = ops::grad_norm_scale(grads, inv_scale, o_.grad_clip);
