@@ -48,20 +48,6 @@ struct CrossEntropyFn : torch::autograd::Function<CrossEntropyFn> {
 
 }  // namespace
 
-kernels::DType kernel_dtype(const at::Tensor& t, const char* what) {
-  switch (t.scalar_type()) {
-    case at::kFloat:
-      return kernels::DType::kFloat32;
-    case at::kBFloat16:
-      return kernels::DType::kBFloat16;
-    case at::kHalf:
-      return kernels::DType::kFloat16;
-    default:
-      LLMTRAIN_CHECK(false, what, " of ", t.scalar_type(), " have no CUDA kernel");
-  }
-  return kernels::DType::kFloat32;
-}
-
 bool cross_entropy_supported(const at::Tensor& logits) {
   const auto s = logits.scalar_type();
   return logits.is_cuda() && (s == at::kFloat || s == at::kBFloat16 || s == at::kHalf) &&
