@@ -38,7 +38,7 @@ struct DataLoader::Impl {
   DataLoaderOptions o;
   std::vector<std::string> files;
   std::vector<Shard> shards;
-  std::vector<int64_t> windows;  // per shard
+  std::vector<int64_t> windows;  // per shard: the windows an epoch visits
   int64_t total_windows = 0;
   int64_t tokens = 0;
 
@@ -58,10 +58,17 @@ struct DataLoader::Impl {
   int64_t group() const { return int64_t(o.world_size) * o.batch_size; }
 
   void enter_shard() {
-    if (cur.shard < int64_t(shards.size())) {
-      const int64_t k = shard_order[size_t(cur.shard)];
+    if (cur.shard >= int64_t(shards.size())) return;
+    const int64_t k = shard_order[size_t(cur.shard)];
+    if (o.shuffle_unit == ShuffleUnit::kWindow || !o.shuffle) {
       window_order = detail::permutation(windows[size_t(k)], o.seed, uint64_t(cur.epoch), uint64_t(k) + 1, o.shuffle);
+      return;
     }
+    const int64_t g = group();  // whole groups in a seeded order, each group's windows in file order
+    const auto groups = detail::permutation(windows[size_t(k)] / g, o.seed, uint64_t(cur.epoch), uint64_t(k) + 1, true);
+    window_order.clear();
+    for (const int64_t q : groups)
+      for (int64_t i = 0; i < g; ++i) window_order.push_back(q * g + i);
   }
 
   void seek(const DataLoaderState& s) {
@@ -155,7 +162,13 @@ DataLoader::DataLoader(DataLoaderOptions options) : impl_(std::make_unique<Impl>
     const int64_t n = d.shards.back().num_tokens();
     LLMTRAIN_CHECK(n >= o.seq_len + 1, "DataLoader: shard ", f, " holds ", n, " tokens, fewer than one window of seq_len + 1 = ",
                    o.seq_len + 1);
-    d.windows.push_back((n - 1) / o.seq_len);
+    int64_t w = (n - 1) / o.seq_len;
+    if (o.shuffle && o.shuffle_unit == ShuffleUnit::kBatch) {
+      LLMTRAIN_CHECK(w >= d.group(), "DataLoader: shard ", f, " holds ", w, " windows of ", o.seq_len,
+                     " tokens, fewer than one shuffled batch of world_size * batch_size = ", d.group());
+      w -= w % d.group();  // as llm.c: the last partial batch of a shard is not visited
+    }
+    d.windows.push_back(w);
     d.total_windows += d.windows.back();
     d.tokens += n;
   }

@@ -28,7 +28,7 @@ std::vector<Field> fields(TrainerConfig& c) {
       {"model.dropout", &c.model.dropout},       {"model.init_from", &c.model.init_from},
       {"data.train", &c.data.train},             {"data.val", &c.data.val},
       {"data.format", &c.data.format},           {"data.pack", &c.data.pack},
-      {"data.shuffle", &c.data.shuffle},
+      {"data.shuffle", &c.data.shuffle},         {"data.shuffle_unit", &c.data.shuffle_unit},
       {"tokenizer.kind", &c.tokenizer.kind},     {"tokenizer.path", &c.tokenizer.path},
       {"train.batch_size", &c.train.batch_size},
       {"train.seq_len", &c.train.seq_len},       {"train.total_batch_tokens", &c.train.total_batch_tokens},
@@ -109,6 +109,8 @@ void validate(const TrainerConfig& c, const std::string& source) {
   LLMTRAIN_CHECK(!c.out_dir.empty(), source, ": out_dir is empty");
   LLMTRAIN_CHECK(c.data.format == "auto" || c.data.format == "shards" || c.data.format == "sft", source,
                  ": data.format must be auto, shards or sft, got \"", c.data.format, "\"");
+  LLMTRAIN_CHECK(c.data.shuffle_unit == "window" || c.data.shuffle_unit == "batch", source,
+                 ": data.shuffle_unit must be window or batch, got \"", c.data.shuffle_unit, "\"");
   LLMTRAIN_CHECK(c.tokenizer.kind.empty() || c.tokenizer.kind == "gpt2" || c.tokenizer.kind == "sentencepiece", source,
                  ": tokenizer.kind must be gpt2 or sentencepiece (or empty), got \"", c.tokenizer.kind, "\"");
   LLMTRAIN_CHECK(!c.sft() || !c.tokenizer.kind.empty(), source, ": data.train ", c.data.train,

@@ -179,6 +179,7 @@ struct Trainer::Impl {
     o.world_size = world;
     o.seed = cfg.train.seed;
     o.shuffle = shuffle;
+    o.shuffle_unit = cfg.data.shuffle_unit == "batch" ? data::ShuffleUnit::kBatch : data::ShuffleUnit::kWindow;
     o.vocab_size = cfg.model.gpt2().vocab_size();
     o.device = device;
     return std::make_unique<data::DataLoader>(o);

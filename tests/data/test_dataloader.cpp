@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <set>
 
 #include "llmtrain/core/error.h"
@@ -87,6 +88,38 @@ TEST(DataLoader, ShuffledEpochVisitsEveryWindowOnce) {
   for (int64_t s : starts) EXPECT_EQ((s % 100000) % 8, 0) << s;  // windows start every T tokens
   EXPECT_EQ(std::set<int64_t>(second.begin(), second.end()), starts);  // the same windows
   EXPECT_NE(second, first);                                            // in a new order
+}
+
+TEST(DataLoader, BatchShuffleKeepsEachBatchARunOfTheText) {
+  Shards shards({101, 57, 300});  // 12, 7 and 37 windows of 8: 6, 3 and 18 batches of 2
+  auto o = shards.options(2, 8);
+  o.shuffle_unit = llmtrain::data::ShuffleUnit::kBatch;
+  DataLoader loader(o);
+  EXPECT_EQ(loader.windows_per_epoch(), 12 + 6 + 36);  // a shard's last partial batch is left out
+  std::vector<int64_t> first, second;
+  for (int i = 0; i < 27; ++i) {
+    const Batch b = loader.next();
+    const int64_t start = b.inputs[0][0].item<int64_t>();
+    EXPECT_EQ(b.inputs[1][0].item<int64_t>(), start + 8) << "batch " << i << ": two consecutive windows";
+    EXPECT_EQ((start % 100000) % 16, 0) << "batches start every B * T tokens";
+    first.push_back(start);
+  }
+  for (int i = 0; i < 27; ++i) second.push_back(loader.next().inputs[0][0].item<int64_t>());
+  EXPECT_EQ(std::set<int64_t>(first.begin(), first.end()).size(), 27u);                 // every batch once
+  EXPECT_EQ(std::set<int64_t>(second.begin(), second.end()), std::set<int64_t>(first.begin(), first.end()));
+  EXPECT_NE(second, first);  // in a new order
+  std::vector<int64_t> sorted = first;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_NE(sorted, first) << "shuffled, not in file order";
+
+  auto two = o;  // ranks split each batch: rank r reads the r-th B windows of every R * B
+  two.world_size = 2;
+  two.rank = 1;
+  const Batch b = DataLoader(two).next();
+  EXPECT_EQ(b.inputs[0][0].item<int64_t>() % 32, 16);
+  auto tiny = shards.options(8, 8);  // the second shard holds 7 windows: not one batch of 8
+  tiny.shuffle_unit = llmtrain::data::ShuffleUnit::kBatch;
+  expect_error([&] { DataLoader{tiny}; }, {"train_000001.bin", "7 windows", "batch_size = 8"});
 }
 
 TEST(DataLoader, RanksTogetherReadWhatOneProcessReadsInConsecutiveBatches) {

@@ -75,6 +75,10 @@ TEST(TrainerConfig, DataFormatTokenizerAndSampling) {
   EXPECT_TRUE(sft.data.pack);
   EXPECT_TRUE(sft.data.shuffle);  // default
   EXPECT_FALSE(TrainerConfig::parse(R"({"data": {"shuffle": false}})", "a.json").data.shuffle);
+  EXPECT_EQ(sft.data.shuffle_unit, "window");  // default
+  EXPECT_EQ(TrainerConfig::parse(R"({"data": {"shuffle_unit": "batch"}})", "a.json").data.shuffle_unit, "batch");
+  expect_error([] { TrainerConfig::parse(R"({"data": {"shuffle_unit": "token"}})", "a.json"); },
+               {"a.json", "data.shuffle_unit", "window or batch", "token"});
   EXPECT_FALSE(TrainerConfig::parse(R"({"data": {"train": "shards/train_*.bin"}})", "a.json").sft());
   EXPECT_TRUE(TrainerConfig::parse(R"({"data": {"train": "x.txt", "format": "sft"}, "tokenizer": {"kind": "gpt2"}})", "a.json").sft());
   expect_error([] { TrainerConfig::parse(R"({"data": {"train": "t.jsonl"}})", "a.json"); },

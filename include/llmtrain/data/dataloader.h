@@ -3,8 +3,10 @@
 // shards in a seeded order and each shard's windows in a seeded order (or both in file order without
 // shuffling); the epochs follow one another as one endless stream. Rank r of R takes the r-th run of B
 // windows out of every R * B, so R ranks together read exactly what one process reads in R consecutive
-// batches. The state (epoch, shard,
-// position) names the next window, so a restored loader continues with the very same batches.
+// batches. With ShuffleUnit::kBatch the seeded order is of whole groups of R * B consecutive windows
+// (llm.c's order: a batch is a run of the text; a shard's last partial group is left out). The state
+// (epoch, shard, position) names the next window, so a restored loader continues with the very same
+// batches.
 #pragma once
 
 #include <torch/types.h>
@@ -16,6 +18,10 @@
 
 namespace llmtrain::data {
 
+/// What a shuffled DataLoader puts in a seeded order: single windows, or whole batches of consecutive
+/// windows (world_size * batch_size of them, as llm.c does).
+enum class ShuffleUnit { kWindow, kBatch };
+
 /// Where a DataLoader reads from and how.
 struct DataLoaderOptions {
   std::string pattern;     // shard files, a glob such as "data/sotu/train_*.bin"
@@ -25,6 +31,7 @@ struct DataLoaderOptions {
   int world_size = 1;
   uint64_t seed = 1337;
   bool shuffle = true;
+  ShuffleUnit shuffle_unit = ShuffleUnit::kWindow;
   int64_t vocab_size = 0;  // when > 0, a token id at or above it is an error naming shard and position
   int prefetch = 2;                   // batches prepared ahead by a background thread (0: none)
   torch::Device device = torch::kCPU; // where batches land; pinned host memory and async copies for CUDA
@@ -67,7 +74,8 @@ class BatchSource {
 class DataLoader final : public BatchSource {
  public:
   /// Throws llmtrain::Error when the pattern matches no file, a shard is invalid or shorter than one
-  /// window (seq_len + 1 tokens), or B, T, rank or world size are out of range.
+  /// window (seq_len + 1 tokens; one group of world_size * batch_size windows with kBatch), or B, T,
+  /// rank or world size are out of range.
   explicit DataLoader(DataLoaderOptions options);
   ~DataLoader() override;
 
@@ -78,7 +86,7 @@ class DataLoader final : public BatchSource {
   void load_state(const DataLoaderState& state) override;
 
   int64_t num_tokens() const;         // in all shards
-  int64_t windows_per_epoch() const;  // over all ranks
+  int64_t windows_per_epoch() const;  // visited, over all ranks
   const std::vector<std::string>& files() const;
 
  private:

@@ -26,6 +26,7 @@ struct DataConfig {
   std::string format = "auto";   // shards | sft | auto (sft for *.jsonl)
   bool pack = false;             // sft: several examples per window
   bool shuffle = true;           // train batches in a seeded order each epoch; false: file order
+  std::string shuffle_unit = "window";  // shards: window | batch (whole batches of the text, llm.c's order)
 };
 
 /// The tokenizer of the data: needed for SFT JSONL and for samples during training.
