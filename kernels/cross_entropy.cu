@@ -1,7 +1,8 @@
 // One block per row; each thread walks the row in 16-byte vectors when rows are aligned and `cols` is
 // a whole number of vectors (GPT-2's padded 50304-wide rows are), else element by element. Vector
 // reads never pass column `cols`, so they stay inside the row. Block size 512: a 50304-wide bf16 row is then
-// about 12 vector loads per thread, enough in flight to stream at memory bandwidth.
+// about 12 vector loads per thread, enough in flight to stream at memory bandwidth. Backward reads each
+// element and writes its gradient from the same thread, so it may write over the logits themselves.
 #include "common/common.cuh"
 #include "cross_entropy.cuh"
 
@@ -58,9 +59,9 @@ __global__ void __launch_bounds__(kThreads)
 
 template <typename T, bool kVector>
 __global__ void __launch_bounds__(kThreads)
-    cross_entropy_bwd_kernel(const T* __restrict__ logits, int64_t V, int64_t cols, int64_t ld,
+    cross_entropy_bwd_kernel(const T* logits, int64_t V, int64_t cols, int64_t ld,  // may be dlogits itself
                              const int64_t* __restrict__ targets, int64_t ignore_index, const float* __restrict__ lse,
-                             const float* __restrict__ scale, T* __restrict__ dlogits) {
+                             const float* __restrict__ scale, T* dlogits) {
   const int64_t n = blockIdx.x;
   const T* row = logits + n * ld;
   T* drow = dlogits + n * cols;

@@ -29,6 +29,7 @@ cudaError_t launch_cross_entropy_fwd(const void* logits,     // (N, cols), row s
 /// dlogits[n, j] = (exp(logits[n, j] - lse[n]) - [j == targets[n]]) * scale[0] for j < V, and 0 for
 /// padding columns V <= j < cols and for rows whose target is ignored. `scale` is a device scalar (the
 /// upstream gradient over the number of counted targets), so no host synchronisation is needed.
+/// dlogits may be logits itself when ld == cols: the gradient then replaces the logits in place.
 cudaError_t launch_cross_entropy_bwd(const void* logits,     // (N, cols), row stride ld, dtype
                                      DType dtype, int64_t N, int64_t V, int64_t cols, int64_t ld,
                                      const int64_t* targets,  // (N)

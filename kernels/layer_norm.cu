@@ -1,6 +1,9 @@
-// Block of 256 threads per row in forward (thread t takes columns t, t + 256, ...); in backward a block
-// takes a fixed run of rows one after another, so that its threads can add dweight and dbias for their
-// own columns in registers, in row order.
+// One warp per row, 8 warps per block. Lane l holds packs l, l + 32, l + 64, ... of P elements (P = 16
+// bytes of the row's type when C is a multiple of it, else 1): kV packs, a template argument, so that the
+// row stays in registers. Backward: a warp takes 8 rows one after another, adding dweight and dbias for
+// its own columns in registers; the block's warps then add theirs in warp order through shared memory,
+// and the finish kernel adds the blocks' partials in a fixed order (column tiles of 32 x 32 threads, so
+// that the long sums over blocks run in parallel).
 #include <type_traits>
 
 #include "common/common.cuh"
@@ -9,106 +12,168 @@
 namespace llmtrain::kernels {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int64_t kRowsPerBlock = 32;
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kBwdRowsPerWarp = 8;
+constexpr int64_t kBwdRowsPerBlock = kWarps * kBwdRowsPerWarp;
 
-// kCols: columns per thread (C <= kCols * kThreads), a template argument so that the per-thread arrays
-// stay in registers.
-template <typename T, typename W, int kCols>
+template <typename T, typename W, int P, int kV>
 __global__ void __launch_bounds__(kThreads)
-    layer_norm_fwd_kernel(const T* __restrict__ x, const W* __restrict__ weight, const W* __restrict__ bias, int64_t C,
-                          float eps, T* __restrict__ out, float* __restrict__ mean_out, float* __restrict__ rstd_out) {
-  __shared__ float scratch[32];
-  const int64_t n = blockIdx.x;
-  const T* row = x + n * C;
-  float v[kCols];
+    layer_norm_fwd_kernel(const T* __restrict__ x, const T* __restrict__ delta, const W* __restrict__ weight,
+                          const W* __restrict__ bias, int64_t N, int C, float eps, T* __restrict__ h,
+                          T* __restrict__ out, float* __restrict__ mean_out, float* __restrict__ rstd_out) {
+  const int lane = threadIdx.x % 32;
+  const int64_t n = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (n >= N) return;  // no block-wide barrier below
+  const int64_t row = n * C;
+  float v[kV][P];
   float sum = 0.f;
 #pragma unroll
-  for (int k = 0; k < kCols; ++k) {
-    const int64_t j = threadIdx.x + int64_t(k) * kThreads;
-    v[k] = j < C ? to_float(row[j]) : 0.f;
-    sum += v[k];
+  for (int k = 0; k < kV; ++k) {
+    const int c = (lane + 32 * k) * P;
+    if (c >= C) continue;
+    load_floats<P>(x + row + c, v[k]);
+    if (delta != nullptr) {
+      float d[P];
+      load_floats<P>(delta + row + c, d);
+#pragma unroll
+      for (int i = 0; i < P; ++i) v[k][i] = to_float(from_float<T>(v[k][i] + d[i]));  // h as stored
+      store_floats<P>(h + row + c, v[k]);
+    }
+#pragma unroll
+    for (int i = 0; i < P; ++i) sum += v[k][i];
   }
-  const float mean = block_sum(sum, scratch) / float(C);
+  const float mean = warp_sum(sum) / float(C);
   float sq = 0.f;
 #pragma unroll
-  for (int k = 0; k < kCols; ++k) {
-    const int64_t j = threadIdx.x + int64_t(k) * kThreads;
-    const float d = j < C ? v[k] - mean : 0.f;
-    sq += d * d;
-  }
-  const float rstd = rsqrtf(block_sum(sq, scratch) / float(C) + eps);
+  for (int k = 0; k < kV; ++k) {
+    if ((lane + 32 * k) * P >= C) continue;
 #pragma unroll
-  for (int k = 0; k < kCols; ++k) {
-    const int64_t j = threadIdx.x + int64_t(k) * kThreads;
-    if (j < C) out[n * C + j] = from_float<T>((v[k] - mean) * rstd * to_float(weight[j]) + to_float(bias[j]));
+    for (int i = 0; i < P; ++i) sq += (v[k][i] - mean) * (v[k][i] - mean);
   }
-  if (threadIdx.x == 0) {
+  const float rstd = rsqrtf(warp_sum(sq) / float(C) + eps);
+#pragma unroll
+  for (int k = 0; k < kV; ++k) {
+    const int c = (lane + 32 * k) * P;
+    if (c >= C) continue;
+    float w[P], b[P], o[P];
+    load_floats<P>(weight + c, w);
+    load_floats<P>(bias + c, b);
+#pragma unroll
+    for (int i = 0; i < P; ++i) o[i] = (v[k][i] - mean) * rstd * w[i] + b[i];
+    store_floats<P>(out + row + c, o);
+  }
+  if (lane == 0) {
     mean_out[n] = mean;
     rstd_out[n] = rstd;
   }
 }
 
-template <typename T, typename W, int kCols>
+template <typename T, typename W, int P, int kV>
 __global__ void __launch_bounds__(kThreads)
-    layer_norm_bwd_kernel(const T* __restrict__ dout, const T* __restrict__ x, const W* __restrict__ weight,
-                          const float* __restrict__ mean, const float* __restrict__ rstd, int64_t N, int64_t C,
-                          T* __restrict__ dx, float* __restrict__ partial_dw, float* __restrict__ partial_db) {
-  __shared__ float scratch[32];
-  float dw[kCols], db[kCols], w[kCols];
+    layer_norm_bwd_kernel(const T* __restrict__ dout, const T* __restrict__ h, const T* __restrict__ dh_in,
+                          const W* __restrict__ weight, const float* __restrict__ mean,
+                          const float* __restrict__ rstd, int64_t N, int C, T* __restrict__ dh,
+                          float* __restrict__ partial_dw, float* __restrict__ partial_db) {
+  __shared__ float acc[32 * P * kV];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  float dw[kV][P], db[kV][P];
 #pragma unroll
-  for (int k = 0; k < kCols; ++k) {
-    const int64_t j = threadIdx.x + int64_t(k) * kThreads;
-    dw[k] = db[k] = 0.f;
-    w[k] = j < C ? to_float(weight[j]) : 0.f;
-  }
-  const int64_t first = blockIdx.x * kRowsPerBlock, last = min(first + kRowsPerBlock, N);
-  for (int64_t n = first; n < last; ++n) {
+  for (int k = 0; k < kV; ++k)
+#pragma unroll
+    for (int i = 0; i < P; ++i) dw[k][i] = db[k][i] = 0.f;
+
+  for (int r = 0; r < kBwdRowsPerWarp; ++r) {
+    const int64_t n = blockIdx.x * kBwdRowsPerBlock + r * kWarps + warp;
+    if (n >= N) break;  // the later rows of this warp lie beyond N too
+    const int64_t row = n * C;
     const float mu = mean[n], rs = rstd[n];
-    float xhat[kCols], g[kCols], go[kCols];
-    float sum_g = 0.f, sum_gx = 0.f;
+    Pack<T, P> go[kV], hv[kV];  // kept as stored: half the registers of floats for 16-bit types
+    float sum_g = 0.f, sum_gh = 0.f;
 #pragma unroll
-    for (int k = 0; k < kCols; ++k) {
-      const int64_t j = threadIdx.x + int64_t(k) * kThreads;
-      go[k] = j < C ? to_float(dout[n * C + j]) : 0.f;
-      xhat[k] = j < C ? (to_float(x[n * C + j]) - mu) * rs : 0.f;
-      g[k] = go[k] * w[k];
-      sum_g += g[k];
-      sum_gx += g[k] * xhat[k];
+    for (int k = 0; k < kV; ++k) {
+      const int c = (lane + 32 * k) * P;
+      if (c >= C) continue;
+      go[k] = *reinterpret_cast<const Pack<T, P>*>(dout + row + c);
+      hv[k] = *reinterpret_cast<const Pack<T, P>*>(h + row + c);
+      float w[P];
+      load_floats<P>(weight + c, w);
+#pragma unroll
+      for (int i = 0; i < P; ++i) {
+        const float g = to_float(go[k].v[i]) * w[i];
+        sum_g += g;
+        sum_gh += g * (to_float(hv[k].v[i]) - mu) * rs;
+      }
     }
-    const float mean_g = block_sum(sum_g, scratch) / float(C);
-    const float mean_gx = block_sum(sum_gx, scratch) / float(C);
+    const float mean_g = warp_sum(sum_g) / float(C), mean_gh = warp_sum(sum_gh) / float(C);
 #pragma unroll
-    for (int k = 0; k < kCols; ++k) {
-      const int64_t j = threadIdx.x + int64_t(k) * kThreads;
-      if (j < C) dx[n * C + j] = from_float<T>(rs * (g[k] - mean_g - xhat[k] * mean_gx));
-      dw[k] += go[k] * xhat[k];
-      db[k] += go[k];
+    for (int k = 0; k < kV; ++k) {
+      const int c = (lane + 32 * k) * P;
+      if (c >= C) continue;
+      float w[P], d[P];
+      load_floats<P>(weight + c, w);
+      if (dh_in != nullptr) {
+        load_floats<P>(dh_in + row + c, d);
+      } else {
+#pragma unroll
+        for (int i = 0; i < P; ++i) d[i] = 0.f;
+      }
+#pragma unroll
+      for (int i = 0; i < P; ++i) {
+        const float g = to_float(go[k].v[i]), hat = (to_float(hv[k].v[i]) - mu) * rs;
+        d[i] += rs * (g * w[i] - mean_g - hat * mean_gh);
+        dw[k][i] += g * hat;
+        db[k][i] += g;
+      }
+      store_floats<P>(dh + row + c, d);
     }
   }
+
+  // The block's partial sums: warp 0's, then warp 1's added, ... (a fixed order), for dw and then db.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int w = 0; w < kWarps; ++w) {
+      if (warp == w) {
 #pragma unroll
-  for (int k = 0; k < kCols; ++k) {
-    const int64_t j = threadIdx.x + int64_t(k) * kThreads;
-    if (j < C) {
-      partial_dw[blockIdx.x * C + j] = dw[k];
-      partial_db[blockIdx.x * C + j] = db[k];
+        for (int k = 0; k < kV; ++k) {
+          const int c = (lane + 32 * k) * P;
+          if (c >= C) continue;
+#pragma unroll
+          for (int i = 0; i < P; ++i) acc[c + i] = (w == 0 ? 0.f : acc[c + i]) + (pass == 0 ? dw[k][i] : db[k][i]);
+        }
+      }
+      __syncthreads();
     }
+    float* partial = pass == 0 ? partial_dw : partial_db;
+    for (int c = threadIdx.x; c < C; c += kThreads) partial[blockIdx.x * int64_t(C) + c] = acc[c];
+    __syncthreads();  // acc is rewritten by the next pass
   }
 }
 
+// Block (32, 32): threadIdx.x a column of the block's 32, threadIdx.y one of 32 interleaved runs of the
+// partial rows; the 32 run sums are then added in run order.
 template <typename W>
-__global__ void layer_norm_bwd_finish_kernel(const float* __restrict__ partial_dw, const float* __restrict__ partial_db,
-                                             int64_t blocks, int64_t C, W* __restrict__ dweight,
-                                             W* __restrict__ dbias) {
-  const int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (j >= C) return;
-  float sw = 0.f, sb = 0.f;
-  for (int64_t b = 0; b < blocks; ++b) {  // consecutive threads read consecutive columns: coalesced
-    sw += partial_dw[b * C + j];
-    sb += partial_db[b * C + j];
+__global__ void __launch_bounds__(1024)
+    layer_norm_bwd_finish_kernel(const float* __restrict__ partial_dw, const float* __restrict__ partial_db,
+                                 int64_t blocks, int64_t C, W* __restrict__ dweight, W* __restrict__ dbias) {
+  __shared__ float sw[32][33], sb[32][33];
+  const int64_t c = blockIdx.x * 32 + threadIdx.x;
+  float a = 0.f, b = 0.f;
+  if (c < C)
+    for (int64_t k = threadIdx.y; k < blocks; k += 32) {
+      a += partial_dw[k * C + c];
+      b += partial_db[k * C + c];
+    }
+  sw[threadIdx.y][threadIdx.x] = a;
+  sb[threadIdx.y][threadIdx.x] = b;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= C) return;
+  float ta = 0.f, tb = 0.f;
+  for (int g = 0; g < 32; ++g) {
+    ta += sw[g][threadIdx.x];
+    tb += sb[g][threadIdx.x];
   }
-  dweight[j] = from_float<W>(sw);
-  dbias[j] = from_float<W>(sb);
+  dweight[c] = from_float<W>(ta);
+  dbias[c] = from_float<W>(tb);
 }
 
 // Calls f with a null T* and W* of the dtypes asked for; false for a pair without a kernel.
@@ -127,57 +192,88 @@ bool dispatch(DType dtype, DType wdtype, F&& f) {
   return false;
 }
 
-// Checks C and N, then calls f(T*, W*, std::integral_constant<int, K>) with null pointers of the dtypes
-// asked for and the smallest K of 3, 4, 8, 16 with K * kThreads >= C.
+template <int V>
+using Int = std::integral_constant<int, V>;
+
+// Calls f(Int<kV>{}) with the smallest listed kV >= need.
+template <int First, int... Rest, typename F>
+void pick(int64_t need, F&& f) {
+  if constexpr (sizeof...(Rest) == 0) {
+    f(Int<First>{});
+  } else {
+    if (need <= First) f(Int<First>{});
+    else pick<Rest...>(need, f);
+  }
+}
+
+// Checks C, then calls f(T*, W*, Int<P>, Int<kV>) with null pointers of the dtypes asked for: rows in
+// 16-byte packs when C is a whole number of them and the pointers are aligned, else element by element.
 template <typename F>
-cudaError_t launch_typed(DType dtype, DType wdtype, int64_t N, int64_t C, F&& f) {
-  if (C < 1 || C > kLayerNormMaxC) return cudaErrorInvalidValue;
+cudaError_t launch_typed(DType dtype, DType wdtype, int64_t N, int64_t C, bool aligned, F&& f) {
+  if (!layer_norm_fits(dtype, C)) return cudaErrorInvalidValue;
   if (N == 0) return cudaSuccess;
+  bool fits = true;
   const bool ok = dispatch(dtype, wdtype, [&](auto* t, auto* w) {
-    if (C <= 3 * kThreads)
-      f(t, w, std::integral_constant<int, 3>{});
-    else if (C <= 4 * kThreads)
-      f(t, w, std::integral_constant<int, 4>{});
-    else if (C <= 8 * kThreads)
-      f(t, w, std::integral_constant<int, 8>{});
-    else
-      f(t, w, std::integral_constant<int, 16>{});
+    constexpr int P = 16 / int(sizeof(*t));
+    if (aligned && C % P == 0) {
+      pick<1, 2, 3, 4, 5, 7, 8>((C / P + 31) / 32, [&](auto kv) { f(t, w, Int<P>{}, kv); });
+    } else if (C <= 1024) {
+      pick<1, 8, 32>((C + 31) / 32, [&](auto kv) { f(t, w, Int<1>{}, kv); });
+    } else {
+      fits = false;  // wide rows need the packed path
+    }
   });
-  return ok ? cudaGetLastError() : cudaErrorInvalidValue;
+  if (!ok || !fits) return cudaErrorInvalidValue;
+  return cudaGetLastError();
+}
+
+bool all_aligned(std::initializer_list<const void*> ptrs) {
+  for (const void* p : ptrs)
+    if (!is_aligned(p, 16)) return false;
+  return true;
 }
 
 }  // namespace
 
-int64_t layer_norm_bwd_blocks(int64_t N) { return (N + kRowsPerBlock - 1) / kRowsPerBlock; }
+bool layer_norm_fits(DType dtype, int64_t C) {
+  return C >= 1 && (C <= 1024 || (dtype != DType::kFloat32 && C % 8 == 0 && C <= 2048));
+}
 
-cudaError_t launch_layer_norm_fwd(const void* x, const void* weight, const void* bias, DType dtype, DType wdtype,
-                                  int64_t N, int64_t C, float eps, void* out, float* mean, float* rstd,
-                                  cudaStream_t stream) {
-  return launch_typed(dtype, wdtype, N, C, [&](auto* t, auto* w, auto k) {
+int64_t layer_norm_bwd_blocks(int64_t N) { return (N + kBwdRowsPerBlock - 1) / kBwdRowsPerBlock; }
+
+cudaError_t launch_layer_norm_fwd(const void* x, const void* delta, const void* weight, const void* bias, DType dtype,
+                                  DType wdtype, int64_t N, int64_t C, float eps, void* h, void* out, float* mean,
+                                  float* rstd, cudaStream_t stream) {
+  if (delta != nullptr && h == nullptr) return cudaErrorInvalidValue;
+  const bool aligned = all_aligned({x, delta, weight, bias, h, out});
+  return launch_typed(dtype, wdtype, N, C, aligned, [&](auto* t, auto* w, auto p, auto kv) {
     using T = std::remove_pointer_t<decltype(t)>;
     using W = std::remove_pointer_t<decltype(w)>;
-    layer_norm_fwd_kernel<T, W, decltype(k)::value>
-        <<<N, kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<const W*>(weight),
-                                     static_cast<const W*>(bias), C, eps, static_cast<T*>(out), mean, rstd);
+    const int64_t grid = (N + kWarps - 1) / kWarps;
+    layer_norm_fwd_kernel<T, W, decltype(p)::value, decltype(kv)::value><<<grid, kThreads, 0, stream>>>(
+        static_cast<const T*>(x), static_cast<const T*>(delta), static_cast<const W*>(weight),
+        static_cast<const W*>(bias), N, int(C), eps, static_cast<T*>(h), static_cast<T*>(out), mean, rstd);
   });
 }
 
-cudaError_t launch_layer_norm_bwd(const void* dout, const void* x, const void* weight, const float* mean,
-                                  const float* rstd, DType dtype, DType wdtype, int64_t N, int64_t C, void* dx,
-                                  float* partial_dw, float* partial_db, cudaStream_t stream) {
-  return launch_typed(dtype, wdtype, N, C, [&](auto* t, auto* w, auto k) {
+cudaError_t launch_layer_norm_bwd(const void* dout, const void* h, const void* dh_in, const void* weight,
+                                  const float* mean, const float* rstd, DType dtype, DType wdtype, int64_t N,
+                                  int64_t C, void* dh, float* partial_dw, float* partial_db, cudaStream_t stream) {
+  const bool aligned = all_aligned({dout, h, dh_in, weight, dh});
+  return launch_typed(dtype, wdtype, N, C, aligned, [&](auto* t, auto* w, auto p, auto kv) {
     using T = std::remove_pointer_t<decltype(t)>;
     using W = std::remove_pointer_t<decltype(w)>;
-    layer_norm_bwd_kernel<T, W, decltype(k)::value><<<layer_norm_bwd_blocks(N), kThreads, 0, stream>>>(
-        static_cast<const T*>(dout), static_cast<const T*>(x), static_cast<const W*>(weight), mean, rstd, N, C,
-        static_cast<T*>(dx), partial_dw, partial_db);
+    layer_norm_bwd_kernel<T, W, decltype(p)::value, decltype(kv)::value>
+        <<<layer_norm_bwd_blocks(N), kThreads, 0, stream>>>(
+            static_cast<const T*>(dout), static_cast<const T*>(h), static_cast<const T*>(dh_in),
+            static_cast<const W*>(weight), mean, rstd, N, int(C), static_cast<T*>(dh), partial_dw, partial_db);
   });
 }
 
 cudaError_t launch_layer_norm_bwd_finish(const float* partial_dw, const float* partial_db, int64_t blocks, int64_t C,
                                          DType wdtype, void* dweight, void* dbias, cudaStream_t stream) {
-  const int threads = 256;
-  const int64_t grid = (C + threads - 1) / threads;
+  const dim3 threads(32, 32);
+  const int64_t grid = (C + 31) / 32;
   switch (wdtype) {
     case DType::kFloat32:
       layer_norm_bwd_finish_kernel<float><<<grid, threads, 0, stream>>>(

@@ -1,7 +1,10 @@
-// Layer norm over the last dimension (C) of N rows, forward and backward. The backward pass writes dx
-// and, per block, partial sums of dweight and dbias over that block's rows (each thread owns fixed
-// columns and adds its rows in order), which a second launch sums over the blocks in order: the
-// gradients are reproducible bit for bit, with no atomics.
+// Layer norm over the last dimension (C) of N rows, forward and backward, optionally fused with the
+// residual add before it in a pre-norm transformer: h = x + delta, out = LN(h), in one pass over the
+// rows. A warp owns a row: it reads the row once in 16-byte packs and keeps it in registers between the
+// statistics and the output. Backward writes dx (plus the gradient already flowing into h, when given,
+// which saves autograd's separate add) and per-block partial sums of dweight and dbias in a fixed row
+// order; a second launch adds the partials over the blocks in a fixed order, so the gradients are
+// reproducible bit for bit, with no atomics.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,32 +15,38 @@
 
 namespace llmtrain::kernels {
 
-/// The widest row the kernels take (each of 256 threads keeps C / 256 column sums in registers).
-constexpr int64_t kLayerNormMaxC = 4096;
+/// Whether the kernels take rows of C elements of `dtype`: C up to 1024, or up to 2048 for 16-bit types
+/// with C a multiple of 8 (rows then go in 16-byte packs). All pointers must be 16-byte aligned.
+bool layer_norm_fits(DType dtype, int64_t C);
 
-/// out = (x - mean) * rstd * weight + bias per row; mean and rstd (float32) kept for backward.
-/// x and out have dtype `dtype`; weight and bias `wdtype` (the same, or float32).
-cudaError_t launch_layer_norm_fwd(const void* x,  // (N, C) contiguous
+/// h = x + delta (rounded to dtype, written to `h` when delta is given), out = (h - mean) * rstd *
+/// weight + bias per row; mean and rstd (float32) kept for backward. x, delta, h and out have dtype
+/// `dtype`; weight and bias `wdtype` (the same, or float32). Without delta, h is not written (may be null).
+cudaError_t launch_layer_norm_fwd(const void* x,                        // (N, C) contiguous
+                                  const void* delta,                    // (N, C) or null
                                   const void* weight, const void* bias,  // (C)
                                   DType dtype, DType wdtype, int64_t N, int64_t C, float eps,
-                                  void* out,                  // (N, C)
-                                  float* mean, float* rstd,   // (N)
+                                  void* h,                              // (N, C), or null without delta
+                                  void* out,                            // (N, C)
+                                  float* mean, float* rstd,             // (N)
                                   cudaStream_t stream);
 
 /// The number of blocks launch_layer_norm_bwd uses for N rows: the rows of the partial-sum buffers.
 int64_t layer_norm_bwd_blocks(int64_t N);
 
-/// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dout * weight, xhat = (x - mean) * rstd;
-/// partial_dw[b, c] and partial_db[b, c] = sums over block b's rows of dout * xhat and dout.
-cudaError_t launch_layer_norm_bwd(const void* dout, const void* x,   // (N, C)
-                                  const void* weight,                // (C)
+/// dh = dh_in + rstd * (g - mean(g) - hhat * mean(g * hhat)) with g = dout * weight, hhat = (h - mean) *
+/// rstd (dh_in may be null: zero); partial_dw[b, c] and partial_db[b, c] = sums over block b's rows of
+/// dout * hhat and dout.
+cudaError_t launch_layer_norm_bwd(const void* dout, const void* h,      // (N, C): the normalised rows' input
+                                  const void* dh_in,                    // (N, C) or null
+                                  const void* weight,                   // (C)
                                   const float* mean, const float* rstd,  // (N)
                                   DType dtype, DType wdtype, int64_t N, int64_t C,
-                                  void* dx,                          // (N, C)
+                                  void* dh,                             // (N, C)
                                   float* partial_dw, float* partial_db,  // (layer_norm_bwd_blocks(N), C)
                                   cudaStream_t stream);
 
-/// dweight[c] and dbias[c] (wdtype) = the partial sums over `blocks` rows, in order.
+/// dweight[c] and dbias[c] (wdtype) = the partial sums over `blocks` rows, in a fixed order.
 cudaError_t launch_layer_norm_bwd_finish(const float* partial_dw, const float* partial_db, int64_t blocks, int64_t C,
                                          DType wdtype, void* dweight, void* dbias, cudaStream_t stream);
 

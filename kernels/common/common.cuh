@@ -32,6 +32,33 @@ struct alignas(16) Vec {
   T v[kSize];
 };
 
+/// P consecutive elements of T, read and written as one access of P * sizeof(T) bytes (at most 16
+/// bytes per instruction: a 32-byte pack of floats is two). P = 1 is the unvectorised case.
+template <typename T, int P>
+struct alignas(P * sizeof(T) >= 16 ? 16 : P * sizeof(T)) Pack {
+  T v[P];
+};
+
+template <int P, typename T>
+__device__ __forceinline__ void load_floats(const T* __restrict__ p, float (&out)[P]) {
+  const Pack<T, P> pk = *reinterpret_cast<const Pack<T, P>*>(p);
+#pragma unroll
+  for (int i = 0; i < P; ++i) out[i] = to_float(pk.v[i]);
+}
+
+template <int P, typename T>
+__device__ __forceinline__ void store_floats(T* __restrict__ p, const float (&in)[P]) {
+  Pack<T, P> pk;
+#pragma unroll
+  for (int i = 0; i < P; ++i) pk.v[i] = from_float<T>(in[i]);
+  *reinterpret_cast<Pack<T, P>*>(p) = pk;
+}
+
+/// True when `p` is aligned to `bytes` (a null pointer counts as aligned: an absent operand).
+__host__ __device__ inline bool is_aligned(const void* p, int bytes) {
+  return reinterpret_cast<uintptr_t>(p) % uintptr_t(bytes) == 0;
+}
+
 /// True when `p` and every row start (row stride `ld` elements) are 16-byte aligned.
 template <typename T>
 __host__ __device__ inline bool rows_aligned(const void* p, int64_t ld) {

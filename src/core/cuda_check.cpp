@@ -1,7 +1,8 @@
-// Messages for failed CUDA and NCCL calls: the library's name for the code, its description, the
+// Messages for failed CUDA, cuBLAS and NCCL calls: the library's name for the code, its description, the
 // call as written and where it was made, so a failure deep in a step says what broke.
 #include "llmtrain/core/cuda_check.h"
 
+#include <cublas_api.h>
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -19,6 +20,12 @@ void throw_nccl_error(int code, const char* expr, const char* file, int line) {
   const auto res = static_cast<ncclResult_t>(code);
   throw Error(str_cat("NCCL error ", code, " (", ncclGetErrorString(res), ") from `", expr, "` at ",
                       file, ":", line));
+}
+
+void throw_cublas_error(int code, const char* expr, const char* file, int line) {
+  const auto status = static_cast<cublasStatus_t>(code);
+  throw Error(str_cat("cuBLAS error ", cublasGetStatusName(status), " (", cublasGetStatusString(status), ") from `",
+                      expr, "` at ", file, ":", line));
 }
 
 }  // namespace llmtrain::detail

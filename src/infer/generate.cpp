@@ -45,6 +45,7 @@ std::vector<int32_t> generate(nn::GPT2& model, const std::vector<int32_t>& promp
     const auto ctx = torch::tensor(std::vector<int64_t>(ids.begin() + start, ids.end()), torch::kLong).unsqueeze(0).to(device);
     const auto logits = model(ctx).logits.select(1, ctx.size(1) - 1);  // (1, V)
     const int32_t next = int32_t(sample(logits, options, gen).item<int64_t>());
+    model->check_inputs();  // a prompt id outside the vocabulary (CUDA checks it on the device)
     ids.push_back(next);
     if (on_token) on_token(next);
     if (options.stop_token && next == *options.stop_token) break;

@@ -9,8 +9,10 @@
 #include "llmtrain/core/error.h"
 #include "llmtrain/ops/attention.h"
 #include "llmtrain/ops/cross_entropy.h"
-#include "llmtrain/ops/gelu.h"
+#include "llmtrain/ops/embedding.h"
+#include "llmtrain/ops/dispatch.h"
 #include "llmtrain/ops/layer_norm.h"
+#include "llmtrain/ops/mlp.h"
 
 namespace llmtrain::nn {
 namespace {
@@ -33,22 +35,14 @@ torch::nn::LayerNorm make_layer_norm(const GPT2Config& cfg) {
   return torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.n_embd()}).eps(cfg.layer_norm_eps()));
 }
 
-torch::Tensor layer_norm(const torch::nn::LayerNorm& ln, const torch::Tensor& x) {
-  return ops::layer_norm(x, ln->weight, ln->bias, ln->options.eps());
+// {x + delta, ln(x + delta)}: the residual add fused into the norm (delta may be undefined).
+std::pair<torch::Tensor, torch::Tensor> add_norm(const torch::nn::LayerNorm& ln, const torch::Tensor& x,
+                                                 const torch::Tensor& delta) {
+  return ops::add_layer_norm(x, delta, ln->weight, ln->bias, ln->options.eps());
 }
 
 torch::Tensor maybe_dropout(const torch::Tensor& x, double p, bool training) {
   return (p > 0.0 && training) ? torch::dropout(x, p, true) : x;
-}
-
-// Ids must index the real vocabulary; targets may also be kIgnoreIndex. One host sync each.
-void check_ids(const torch::Tensor& ids, const char* name, int64_t vocab, bool allow_ignore) {
-  torch::Tensor bad = ids.lt(0).logical_or(ids.ge(vocab));
-  if (allow_ignore) bad.logical_and_(ids.ne(ops::kIgnoreIndex));
-  if (!bad.any().item<bool>()) return;
-  const int64_t value = ids.masked_select(bad)[0].item<int64_t>();
-  LLMTRAIN_CHECK(false, "GPT2: ", name, " holds token id ", value, ", outside the vocabulary [0, ",
-                 vocab, ")", allow_ignore ? " (or -100 to ignore)" : "");
 }
 
 }  // namespace
@@ -124,7 +118,8 @@ void MLPImpl::reset() {
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
-  return maybe_dropout(c_proj(ops::gelu(c_fc(x))), cfg.dropout(), is_training());
+  return maybe_dropout(ops::mlp(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias), cfg.dropout(),
+                       is_training());
 }
 
 // ---- Block --------------------------------------------------------------------------------------
@@ -139,8 +134,14 @@ void BlockImpl::reset() {
 }
 
 torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
-  torch::Tensor h = x + attn(layer_norm(ln_1, x));
-  return h + mlp(layer_norm(ln_2, h));
+  const auto [h, delta] = forward_residual(x, {});
+  return h + delta;
+}
+
+std::pair<torch::Tensor, torch::Tensor> BlockImpl::forward_residual(const torch::Tensor& x, const torch::Tensor& delta) {
+  const auto [in, a] = add_norm(ln_1, x, delta);  // in = x + delta, a = ln_1(in)
+  const auto [h, m] = add_norm(ln_2, in, attn(a));
+  return {h, mlp(m)};
 }
 
 // ---- GPT2Transformer ----------------------------------------------------------------------------
@@ -164,12 +165,12 @@ void GPT2TransformerImpl::reset() {
 }
 
 torch::Tensor GPT2TransformerImpl::forward(const torch::Tensor& idx) {
-  const int64_t T = idx.size(1);
-  const torch::Tensor pos = torch::arange(T, idx.options());      // (T)
-  torch::Tensor x = wte(idx) + wpe(pos);                           // (B, T, C)
+  torch::Tensor x = ops::embedding(idx, wte->weight, wpe->weight, cfg.vocab_size(), ids);  // (B, T, C)
   x = maybe_dropout(x, cfg.dropout(), is_training());
-  for (const auto& block : *h) x = block->as<BlockImpl>()->forward(x);
-  return layer_norm(ln_f, x);
+  // Each block's last residual add is left pending and fused with the next layer norm.
+  torch::Tensor delta;
+  for (const auto& block : *h) std::tie(x, delta) = block->as<BlockImpl>()->forward_residual(x, delta);
+  return add_norm(ln_f, x, delta).second;
 }
 
 // ---- GPT2 ---------------------------------------------------------------------------------------
@@ -178,30 +179,44 @@ GPT2Impl::GPT2Impl(GPT2Config cfg_) : cfg(std::move(cfg_)) { reset(); }  // the 
 
 void GPT2Impl::reset() { transformer = register_module("transformer", GPT2Transformer(cfg)); }
 
-GPT2Output GPT2Impl::forward(const torch::Tensor& idx, const torch::Tensor& targets) {
+torch::Tensor GPT2Impl::padded_logits(const torch::Tensor& idx, const torch::Tensor& targets) {
   LLMTRAIN_CHECK(idx.dim() == 2, "GPT2: idx must be (B, T), got shape ", idx.sizes());
   LLMTRAIN_CHECK(idx.scalar_type() == torch::kLong, "GPT2: idx must be int64, got ", idx.scalar_type());
   LLMTRAIN_CHECK(idx.size(1) >= 1 && idx.size(1) <= cfg.block_size(), "GPT2: sequence length ",
                  idx.size(1), " is outside [1, block_size ", cfg.block_size(), "]");
-  check_ids(idx, "idx", cfg.vocab_size(), /*allow_ignore=*/false);
+  auto& ids = transformer->ids;
+  ids.raise(/*wait=*/false);  // a bad id that an earlier forward on the GPU found
   if (targets.defined()) {
     LLMTRAIN_CHECK(targets.sizes() == idx.sizes(), "GPT2: targets must have the shape of idx ",
                    idx.sizes(), ", got ", targets.sizes());
     LLMTRAIN_CHECK(targets.scalar_type() == torch::kLong, "GPT2: targets must be int64, got ",
                    targets.scalar_type());
-    check_ids(targets, "targets", cfg.vocab_size(), /*allow_ignore=*/true);
+    ids.check(targets, "targets", cfg.vocab_size(), kIgnoreIndex);
+    if (!ops::cuda_kernel_enabled("cross_entropy")) ids.raise();  // ATen's loss asserts on a bad id, on the device
   }
+  const torch::Tensor x = transformer(idx);                                  // (B, T, C)
+  return torch::nn::functional::linear(x, transformer->wte->weight);         // (B, T, padded V)
+}
 
-  const torch::Tensor x = transformer(idx);                                        // (B, T, C)
+GPT2Output GPT2Impl::forward(const torch::Tensor& idx, const torch::Tensor& targets) {
+  const torch::Tensor padded = padded_logits(idx, targets);
   GPT2Output out;
-  const torch::Tensor padded = torch::nn::functional::linear(x, transformer->wte->weight);  // (B, T, padded V)
-  out.logits = padded.narrow(-1, 0, cfg.vocab_size());                                      // (B, T, V)
+  out.logits = padded.narrow(-1, 0, cfg.vocab_size());  // (B, T, V)
   // The loss reads the padded rows (padding columns excluded), so its gradient is the padded shape and
   // no zero-filled copy is made on the way back.
   if (targets.defined())
     out.loss = ops::cross_entropy(padded.flatten(0, 1), targets.flatten(), kIgnoreIndex, cfg.vocab_size());
   return out;
 }
+
+torch::Tensor GPT2Impl::loss(const torch::Tensor& idx, const torch::Tensor& targets) {
+  LLMTRAIN_CHECK(targets.defined(), "GPT2::loss: targets are required");
+  const torch::Tensor padded = padded_logits(idx, targets);
+  return ops::cross_entropy(padded.flatten(0, 1), targets.flatten(), kIgnoreIndex, cfg.vocab_size(),
+                            /*overwrite_logits=*/true);
+}
+
+void GPT2Impl::check_inputs() { transformer->ids.raise(/*wait=*/true); }
 
 int64_t GPT2Impl::num_parameters() const {
   int64_t n = 0;

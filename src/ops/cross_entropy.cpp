@@ -12,7 +12,7 @@
 namespace llmtrain::ops {
 
 at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& targets, int64_t ignore_index,
-                         int64_t num_classes) {
+                         int64_t num_classes, bool overwrite_logits) {
   LLMTRAIN_CHECK(logits.dim() == 2, "cross_entropy: logits must be (N, V), got ", logits.sizes());
   LLMTRAIN_CHECK(targets.dim() == 1 && targets.size(0) == logits.size(0), "cross_entropy: targets must be (",
                  logits.size(0), ") to match logits ", logits.sizes(), ", got ", targets.sizes());
@@ -22,8 +22,8 @@ at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& targets, in
   LLMTRAIN_CHECK(num_classes >= 1 && num_classes <= logits.size(1), "cross_entropy: num_classes ", num_classes,
                  " must lie in [1, ", logits.size(1), "] for logits ", logits.sizes());
 #if LLMTRAIN_WITH_CUDA
-  if (cuda_kernels_enabled() && cuda::cross_entropy_supported(logits))
-    return cuda::cross_entropy(logits, targets, ignore_index, num_classes);
+  if (cuda_kernel_enabled("cross_entropy") && cuda::cross_entropy_supported(logits))
+    return cuda::cross_entropy(logits, targets, ignore_index, num_classes, overwrite_logits);
 #endif
   const bool reduced = logits.scalar_type() == at::kHalf || logits.scalar_type() == at::kBFloat16;
   const at::Tensor classes = logits.narrow(1, 0, num_classes);

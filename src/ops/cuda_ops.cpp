@@ -1,6 +1,8 @@
 // What the CUDA glue of every op shares.
 #include "cuda_ops.h"
 
+#include <cstdint>
+
 #include "llmtrain/core/error.h"
 
 namespace llmtrain::ops::cuda {
@@ -13,6 +15,12 @@ kernels::DType kernel_dtype(const at::Tensor& t, const char* what) {
     default: LLMTRAIN_CHECK(false, what, " of ", t.scalar_type(), " have no CUDA kernel");
   }
   return kernels::DType::kFloat32;
+}
+
+at::Tensor packed(const at::Tensor& t) {
+  at::Tensor c = t.contiguous();
+  if (reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 != 0) c = c.clone();  // a fresh allocation is aligned
+  return c;
 }
 
 }  // namespace llmtrain::ops::cuda

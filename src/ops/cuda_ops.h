@@ -6,28 +6,79 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <memory>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "../../kernels/common/dtype.h"
+#include "../../kernels/embedding.cuh"
 #include "llmtrain/ops/adamw.h"
 
 namespace llmtrain::ops::cuda {
 
+/// Where the CUDA checks of ops::IdCheck record the first bad id: a kernels::BadId in device memory, its
+/// copy in pinned host memory queued after each check, and an event that marks when the copy is done.
+class BadIdRecord {
+ public:
+  explicit BadIdRecord(const at::Device& device);
+  ~BadIdRecord();
+  kernels::BadId* device_record();
+  /// Call after queueing a check on the current stream: queues the copy back and marks it.
+  void queued();
+  /// The bad id found by the checks queued so far, if any (then the record starts afresh). `wait`: wait
+  /// for them; otherwise only report checks that have finished.
+  std::optional<kernels::BadId> take(bool wait);
+  const at::Device& device() const { return device_; }
+
+ private:
+  struct State;
+  at::Device device_;
+  std::unique_ptr<State> s_;
+};
+
 /// The kernels' name for t's dtype; throws llmtrain::Error naming `what` for dtypes without a kernel.
 kernels::DType kernel_dtype(const at::Tensor& t, const char* what);
+
+/// t, contiguous and 16-byte aligned (copied when it is not), as the kernels' packed loads want it.
+at::Tensor packed(const at::Tensor& t);
 
 /// True when the fused classifier takes these logits: a CUDA tensor of float32, bfloat16 or float16
 /// with unit column stride.
 bool cross_entropy_supported(const at::Tensor& logits);
 /// ops::cross_entropy on the fused classifier (an autograd function).
 at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& targets, int64_t ignore_index,
-                         int64_t num_classes);
+                         int64_t num_classes, bool overwrite_logits);
 
-/// True when the layer norm kernels take these: CUDA tensors, x of float32/bf16/fp16 with at most
-/// kernels::kLayerNormMaxC columns, weight and bias contiguous of x's dtype or float32.
+/// True when the layer norm kernels take these: CUDA tensors, x of float32/bf16/fp16 with a row width
+/// kernels::layer_norm_fits, weight and bias contiguous of x's dtype or float32.
 bool layer_norm_supported(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
-/// ops::layer_norm on the kernels (an autograd function); x is made contiguous first.
-at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps);
+/// ops::add_layer_norm on the kernels (an autograd function); delta may be undefined (then only
+/// layer_norm(x) is computed and returned, as .second). x and delta share one dtype.
+std::pair<at::Tensor, at::Tensor> add_layer_norm(const at::Tensor& x, const at::Tensor& delta, const at::Tensor& weight,
+                                                 const at::Tensor& bias, double eps);
+
+/// True when the GELU kernels take x: a CUDA tensor of float32, bf16 or fp16.
+bool gelu_supported(const at::Tensor& x);
+/// ops::gelu on the kernels (an autograd function).
+at::Tensor gelu(const at::Tensor& x);
+
+/// True when the MLP's cuBLASLt products take this layer: CUDA tensors of one dtype (float32, bf16,
+/// fp16), the weight's both sizes multiples of 8.
+bool mlp_layer_supported(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
+/// ops::mlp on cuBLASLt with fused epilogues (an autograd function).
+at::Tensor mlp(const at::Tensor& x, const at::Tensor& fc_weight, const at::Tensor& fc_bias,
+               const at::Tensor& proj_weight, const at::Tensor& proj_bias);
+
+/// True when the embedding kernels take these: CUDA tensors, wte and wpe of one dtype (float32, bf16,
+/// fp16), idx int64.
+bool embedding_supported(const at::Tensor& idx, const at::Tensor& wte, const at::Tensor& wpe);
+/// ops::embedding on the kernels (an autograd function); bad ids go into `record` with `tag`.
+at::Tensor embedding(const at::Tensor& idx, const at::Tensor& wte, const at::Tensor& wpe, int64_t num_ids,
+                     BadIdRecord& record, int64_t tag);
+/// The device side of ops::IdCheck for CUDA ids: queues the check of `ids` into `record`.
+void check_ids(const at::Tensor& ids, int64_t num_ids, std::optional<int64_t> ignore_index, BadIdRecord& record,
+               int64_t tag);
 
 /// ops::grad_norm_scale and ops::adamw_step on the multi-tensor kernels (arguments already checked for
 /// counts, shapes and devices; contiguity and dtypes are checked here).

@@ -2,8 +2,19 @@
 
 #include <ATen/ATen.h>
 
+#include "llmtrain/config.h"
+#include "llmtrain/ops/dispatch.h"
+#if LLMTRAIN_WITH_CUDA
+#include "cuda_ops.h"
+#endif
+
 namespace llmtrain::ops {
 
-at::Tensor gelu(const at::Tensor& x) { return at::gelu(x, "tanh"); }
+at::Tensor gelu(const at::Tensor& x) {
+#if LLMTRAIN_WITH_CUDA
+  if (cuda_kernel_enabled("gelu") && cuda::gelu_supported(x)) return cuda::gelu(x);
+#endif
+  return at::gelu(x, "tanh");
+}
 
 }  // namespace llmtrain::ops

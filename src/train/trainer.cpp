@@ -307,10 +307,12 @@ double Trainer::evaluate() {
   for (int64_t i = 0; i < d.cfg.eval.batches; ++i) {
     const auto b = d.val->next();
     optim::AutocastScope amp(d.device.type(), d.opt->options().precision);
-    sum += d.model(b.inputs, b.targets).loss.to(torch::kDouble);
+    sum += d.model->loss(b.inputs, b.targets).to(torch::kDouble);
   }
   d.model->train();
-  return d.mean_over_ranks(sum) / double(d.cfg.eval.batches);
+  const double mean = d.mean_over_ranks(sum) / double(d.cfg.eval.batches);
+  d.model->check_inputs();  // the device has finished: free
+  return mean;
 }
 
 int64_t Trainer::run() {
@@ -344,7 +346,7 @@ int64_t Trainer::run() {
       torch::Tensor loss;
       {
         optim::AutocastScope amp(d.device.type(), d.opt->options().precision);
-        loss = d.model(batch.inputs, batch.targets).loss;
+        loss = d.model->loss(batch.inputs, batch.targets);
       }
       d.opt->scale_loss(loss / double(d.accum)).backward();
       loss_sum = loss_sum.defined() ? loss_sum + loss.detach() : loss.detach();
@@ -360,6 +362,7 @@ int64_t Trainer::run() {
     const auto info = d.opt->step(d.step);
     StepRecord r;
     r.loss = d.mean_over_ranks(loss_sum) / double(d.accum);  // the one host sync of the step, for the log
+    d.model->check_inputs();  // bad token ids the step's kernels saw (free: the device is done)
     ++d.step;
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -13,6 +13,7 @@
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/fs.h"
 #include "llmtrain/nn/gpt2.h"
+#include "llmtrain/ops/dispatch.h"
 #include "test_util.h"
 
 using llmtrain::nn::GPT2;
@@ -242,8 +243,60 @@ TEST(GPT2, CudaMatchesCpu_CUDA) {
     EXPECT_LT(max_abs_diff(item.value().grad().cpu(), expected),
               1e-5 + 1e-3 * expected.abs().max().item<double>()) << item.key();
   }
-  // Bad ids are caught on the device too.
+  // Bad ids are caught on the device too, without a wait: check_inputs() (or the next forward) reports
+  // them, and the bad row is NaN in the meantime.
   auto bad = idx.cuda();
-  bad[0][0] = 50257;
-  expect_error([&] { gpu->forward(bad); }, {"token id 50257"});
+  bad[0][3] = 50257;
+  const auto logits = gpu->forward(bad).logits;
+  EXPECT_TRUE(logits[0][3].isnan().all().item<bool>());
+  expect_error([&] { gpu->check_inputs(); }, {"GPT2: idx holds token id 50257 at (0, 3)", "[0, 50257)"});
+  auto bad_targets = targets.cuda();
+  bad_targets[2][9] = -7;
+  gpu->forward(idx.cuda(), bad_targets);
+  torch::cuda::synchronize();
+  expect_error([&] { gpu->forward(idx.cuda()); }, {"GPT2: targets holds token id -7 at (2, 9)", "-100"});
+  EXPECT_NO_THROW(gpu->check_inputs());
+}
+
+TEST(GPT2, LossAloneEqualsForwardsLoss) {
+  torch::manual_seed(8);
+  const auto cfg = GPT2Config::preset("tiny");
+  GPT2 a(cfg);
+  auto b = std::dynamic_pointer_cast<llmtrain::nn::GPT2Impl>(a->clone());
+  const auto idx = random_tokens(2, 40, cfg.vocab_size()), targets = random_tokens(2, 40, cfg.vocab_size());
+  const auto la = a(idx, targets).loss, lb = b->loss(idx, targets);
+  EXPECT_EQ(la.item<double>(), lb.item<double>());
+  la.backward();
+  lb.backward();
+  const auto pa = a->named_parameters();
+  for (const auto& item : b->named_parameters())
+    EXPECT_TRUE(torch::equal(item.value().grad(), pa[item.key()].grad())) << item.key();
+  expect_error([&] { b->loss(idx, {}); }, {"targets are required"});
+}
+
+// The whole model with bf16 parameters on the GPU: the fused kernels against the same
+// model on ATen's paths (kernels off), loss and every gradient within bf16 tolerance.
+TEST(GPT2, FusedPathMatchesATenPathInBF16_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  torch::manual_seed(9);
+  const auto cfg = GPT2Config::preset("tiny").n_layer(3);
+  GPT2 ref(cfg);
+  ref->to(torch::kCUDA, torch::kBFloat16);
+  auto fused = std::dynamic_pointer_cast<llmtrain::nn::GPT2Impl>(ref->clone(torch::kCUDA));
+  const auto idx = random_tokens(4, 128, cfg.vocab_size()).cuda();
+  auto targets = random_tokens(4, 128, cfg.vocab_size()).cuda();
+  targets.narrow(1, 0, 5).fill_(-100);
+  llmtrain::ops::set_cuda_kernels_enabled(false);
+  const auto want = ref(idx, targets).loss;
+  want.backward();
+  llmtrain::ops::set_cuda_kernels_enabled(true);
+  const auto got = fused->loss(idx, targets);
+  got.backward();
+  EXPECT_NEAR(got.item<double>(), want.item<double>(), 1e-2 * want.item<double>());
+  const auto want_grads = ref->named_parameters();
+  for (const auto& item : fused->named_parameters()) {
+    const auto g = item.value().grad().to(torch::kDouble), w = want_grads[item.key()].grad().to(torch::kDouble);
+    // Relative error of the whole gradient tensor: bf16 rounding of two different op orders.
+    EXPECT_LT(((g - w).norm() / w.norm()).item<double>(), 3e-2) << item.key();
+  }
 }

@@ -9,8 +9,11 @@
 #include "llmtrain/ops/adamw.h"
 #include "llmtrain/ops/attention.h"
 #include "llmtrain/ops/cross_entropy.h"
+#include "llmtrain/ops/dispatch.h"
+#include "llmtrain/ops/embedding.h"
 #include "llmtrain/ops/gelu.h"
 #include "llmtrain/ops/layer_norm.h"
+#include "llmtrain/ops/mlp.h"
 #include "test_util.h"
 
 namespace ops = llmtrain::ops;
@@ -79,6 +82,78 @@ TEST(OpsLayerNorm, RejectsMismatchedWeight) {
   const auto x = torch::randn({4, 8}, kF64);
   EXPECT_THROW(ops::layer_norm(x, torch::ones({7}, kF64), torch::zeros({8}, kF64)), llmtrain::Error);
   EXPECT_THROW(ops::layer_norm(x, torch::ones({8}, kF64), torch::zeros({9}, kF64)), llmtrain::Error);
+}
+
+TEST(OpsLayerNorm, AddLayerNormIsTheSumAndItsNorm) {
+  const auto x = torch::randn({3, 7, 24}, kF64).requires_grad_(), d = torch::randn({3, 7, 24}, kF64).requires_grad_();
+  const auto w = torch::randn({24}, kF64).requires_grad_(), b = torch::randn({24}, kF64).requires_grad_();
+  const auto [h, y] = ops::add_layer_norm(x, d, w, b);
+  EXPECT_LT(max_abs_diff(h, x + d), 1e-15);
+  EXPECT_LT(max_abs_diff(y, layer_norm_formula(x + d, w, b, 1e-5)), 1e-12);
+  // Both outputs carry gradient: h goes on down the residual stream, y into the next layer.
+  const auto rh = torch::randn({3, 7, 24}, kF64), ry = torch::randn({3, 7, 24}, kF64);
+  expect_gradients_match(
+      [&] {
+        const auto [h2, y2] = ops::add_layer_norm(x, d, w, b);
+        return (h2 * rh).sum() + (y2 * ry).sum();
+      },
+      {x, d, w, b}, {"x", "delta", "weight", "bias"});
+  const auto [same, y0] = ops::add_layer_norm(x, torch::Tensor(), w, b);  // no delta: h is x itself
+  EXPECT_TRUE(same.is_same(x));
+  EXPECT_LT(max_abs_diff(y0, ops::layer_norm(x, w, b)), 1e-15);
+  llmtrain::testing::expect_error([&] { ops::add_layer_norm(x, d.narrow(1, 0, 3), w, b); },
+                                  {"delta must have the shape of x"});
+}
+
+TEST(OpsEmbedding, IsTheTokenRowPlusThePositionRow) {
+  const auto wte = torch::randn({11, 6}, kF64).requires_grad_(), wpe = torch::randn({9, 6}, kF64).requires_grad_();
+  const auto idx = torch::randint(10, {3, 5}, torch::kLong);
+  ops::IdCheck ids("test");
+  const auto x = ops::embedding(idx, wte, wpe, 10, ids);
+  ASSERT_EQ(x.sizes(), (std::vector<int64_t>{3, 5, 6}));
+  for (int64_t b = 0; b < 3; ++b)
+    for (int64_t t = 0; t < 5; ++t)
+      EXPECT_LT(max_abs_diff(x[b][t], wte[idx[b][t].item<int64_t>()] + wpe[t]), 1e-15) << b << ", " << t;
+  const auto r = torch::randn({3, 5, 6}, kF64);
+  expect_gradients_match([&] { return (ops::embedding(idx, wte, wpe, 10, ids) * r).sum(); }, {wte, wpe},
+                         {"wte", "wpe"});
+  // Row 10 exists (a padded vocabulary) but is no id; the CPU check throws at once, naming the place.
+  auto bad = idx.clone();
+  bad[2][3] = 10;
+  llmtrain::testing::expect_error([&] { ops::embedding(bad, wte, wpe, 10, ids); },
+                                  {"test: idx holds token id 10 at (2, 3)", "[0, 10)"});
+  auto targets = idx.clone();
+  targets[1][0] = -100;
+  ids.check(targets, "targets", 10, -100);  // ignored ids pass
+  targets[0][4] = -1;
+  llmtrain::testing::expect_error([&] { ids.check(targets, "targets", 10, -100); },
+                                  {"targets holds token id -1 at (0, 4)", "(or -100 to ignore)"});
+  llmtrain::testing::expect_error([&] { ops::embedding(idx, wte, wpe.narrow(0, 0, 4), 10, ids); },
+                                  {"sequence length 5", "4 positions"});
+}
+
+TEST(OpsMlp, IsItsFormula) {
+  const auto x = torch::randn({3, 5, 16}, kF64).requires_grad_();
+  const auto fw = (0.3 * torch::randn({24, 16}, kF64)).requires_grad_(), fb = torch::randn({24}, kF64).requires_grad_();
+  const auto pw = (0.3 * torch::randn({16, 24}, kF64)).requires_grad_(), pb = torch::randn({16}, kF64).requires_grad_();
+  const auto want = torch::matmul(gelu_formula(torch::matmul(x, fw.t()) + fb), pw.t()) + pb;
+  EXPECT_LT(max_abs_diff(ops::mlp(x, fw, fb, pw, pb), want), 1e-12);
+  const auto r = torch::randn({3, 5, 16}, kF64);
+  expect_gradients_match([&] { return (ops::mlp(x, fw, fb, pw, pb) * r).sum(); }, {x, fw, fb, pw, pb},
+                         {"x", "fc weight", "fc bias", "proj weight", "proj bias"});
+  llmtrain::testing::expect_error([&] { ops::mlp(x, fw.t(), fb, pw, pb); }, {"mlp: fc: weight must be (out, 16)"});
+  llmtrain::testing::expect_error([&] { ops::mlp(x, fw, fb, pw, fb); }, {"mlp: proj: bias must be (16)"});
+}
+
+TEST(OpsDispatch, OneOpsKernelTurnsOffByName) {
+  ops::set_cuda_kernel_enabled("mlp", false);
+  EXPECT_FALSE(ops::cuda_kernel_enabled("mlp"));
+  EXPECT_EQ(ops::cuda_kernel_enabled("gelu"), ops::cuda_kernels_enabled());
+  ops::set_cuda_kernel_enabled("mlp", true);
+  EXPECT_EQ(ops::cuda_kernel_enabled("mlp"), ops::cuda_kernels_enabled());
+  EXPECT_EQ(ops::cuda_kernel_names().size(), 7u);
+  llmtrain::testing::expect_error([] { ops::set_cuda_kernel_enabled("softmax", false); },
+                                  {"\"softmax\"", "layer_norm", "attention"});
 }
 
 TEST(OpsCrossEntropy, MatchesFormulaWithIgnoredTargets) {

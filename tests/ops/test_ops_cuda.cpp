@@ -1,10 +1,17 @@
 // The CUDA paths of the ops against their ATen reference (float64 on the CPU), on fresh random inputs
 // of awkward sizes, contiguous and strided, forward and backward, at DESIGN.md's tolerances.
 #include <gtest/gtest.h>
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
+
+#include <array>
 
 #include "llmtrain/ops/adamw.h"
 #include "llmtrain/ops/cross_entropy.h"
+#include "llmtrain/ops/embedding.h"
+#include "llmtrain/ops/gelu.h"
+#include "llmtrain/ops/attention.h"
+#include "llmtrain/ops/mlp.h"
 #include "llmtrain/ops/layer_norm.h"
 #include "test_util.h"
 
@@ -174,36 +181,71 @@ TEST(OpsLayerNorm, KernelsMatchReference_CUDA) {
                                                          {torch::kBFloat16, torch::kBFloat16},
                                                          {torch::kBFloat16, torch::kFloat},
                                                          {torch::kHalf, torch::kHalf}};
+  // 3 and 7: element by element; 64, 768, 1600: packed (1, 3 and 7 packs a lane); 1104: packed for
+  // 16-bit types, beyond the element path for float32 (ATen); 4096: wider than the kernels (ATen).
   for (const auto& [xt, wt] : types)
-    for (int64_t C : {3, 7, 768, 1600, 4096})
-      for (int64_t rows : kRows) {
-        SCOPED_TRACE(testing::Message() << xt << "/" << wt << " rows " << rows << " C " << C);
-        const auto x = (2 * torch::randn({rows, C}, torch::kDouble) + 0.5).to(xt);
-        const auto w = (1 + 0.3 * torch::randn({C}, torch::kDouble)).to(wt),
-                   b = (0.2 * torch::randn({C}, torch::kDouble)).to(wt);
-        const auto dout = torch::randn({rows, C}, torch::kDouble).to(xt);
-        // Reference: float64 on the CPU from the same rounded inputs.
-        auto rx = x.to(torch::kDouble).requires_grad_(), rw = w.to(torch::kDouble).requires_grad_(),
-             rb = b.to(torch::kDouble).requires_grad_();
-        const auto ry = ops::layer_norm(rx, rw, rb);
-        ry.backward(dout.to(torch::kDouble));
-        // Kernels: x transposed twice, so the op sees a non-contiguous (rows, C) view.
-        auto gx = x.to(torch::kCUDA).t().contiguous().t().requires_grad_();
-        auto gw = w.to(torch::kCUDA).requires_grad_(), gb = b.to(torch::kCUDA).requires_grad_();
-        const auto gy = ops::layer_norm(gx, gw, gb);
-        ASSERT_EQ(gy.scalar_type(), xt);
-        gy.backward(dout.to(torch::kCUDA));
-        const double tol = tolerance(xt);
-        const auto near = [&](const torch::Tensor& got, const torch::Tensor& want, const char* what) {
-          const auto g = got.to(torch::kCPU, torch::kDouble);
-          EXPECT_TRUE(torch::allclose(g, want, tol, 1e-5 + tol * want.abs().max().item<double>()))
-              << what << " max diff " << (g - want).abs().max().item<double>();
-        };
-        near(gy, ry.detach(), "y");
-        near(gx.grad(), rx.grad(), "dx");
-        near(gw.grad(), rw.grad(), "dweight");
-        near(gb.grad(), rb.grad(), "dbias");
-      }
+    for (int64_t C : {3, 7, 64, 768, 1104, 1600, 4096})
+      for (int64_t rows : kRows)
+        for (const bool fused : {false, true}) {
+          if (C >= 1600 && rows > 113) continue;  // keep the float64 reference quick
+          SCOPED_TRACE(testing::Message() << xt << "/" << wt << " rows " << rows << " C " << C
+                                          << (fused ? " with the residual add" : ""));
+          const auto x = (2 * torch::randn({rows, C}, torch::kDouble) + 0.5).to(xt);
+          const auto delta = torch::randn({rows, C}, torch::kDouble).to(xt);
+          const auto w = (1 + 0.3 * torch::randn({C}, torch::kDouble)).to(wt),
+                     b = (0.2 * torch::randn({C}, torch::kDouble)).to(wt);
+          const auto dy = torch::randn({rows, C}, torch::kDouble).to(xt), dh = torch::randn({rows, C}).to(xt);
+          // Reference: float64 on the CPU from the same rounded inputs (h rounded to xt, as stored).
+          auto rx = x.to(torch::kDouble).requires_grad_(), rd = delta.to(torch::kDouble).requires_grad_();
+          auto rw = w.to(torch::kDouble).requires_grad_(), rb = b.to(torch::kDouble).requires_grad_();
+          const auto rh_val = fused ? (x + delta).to(torch::kDouble) : x.to(torch::kDouble);
+          const auto rh = fused ? rx + rd + (rh_val - (rx + rd)).detach() : rx;  // the rounded sum, x's gradient
+          const auto ry = ops::layer_norm(rh, rw, rb);
+          torch::autograd::backward(fused ? std::vector<torch::Tensor>{ry, rh} : std::vector<torch::Tensor>{ry},
+                                    fused ? std::vector<torch::Tensor>{dy.to(torch::kDouble), dh.to(torch::kDouble)}
+                                          : std::vector<torch::Tensor>{dy.to(torch::kDouble)});
+          // Kernels: x transposed twice, so the op sees a non-contiguous (rows, C) view.
+          auto gx = x.to(torch::kCUDA).t().contiguous().t().requires_grad_();
+          auto gd = delta.to(torch::kCUDA).requires_grad_();
+          auto gw = w.to(torch::kCUDA).requires_grad_(), gb = b.to(torch::kCUDA).requires_grad_();
+          const auto [gh, gy] = ops::add_layer_norm(gx, fused ? gd : torch::Tensor(), gw, gb);
+          ASSERT_EQ(gy.scalar_type(), xt);
+          torch::autograd::backward(
+              fused ? std::vector<torch::Tensor>{gy, gh} : std::vector<torch::Tensor>{gy},
+              fused ? std::vector<torch::Tensor>{dy.cuda(), dh.cuda()} : std::vector<torch::Tensor>{dy.cuda()});
+          const double tol = tolerance(xt);
+          const auto near = [&](const torch::Tensor& got, const torch::Tensor& want, const char* what) {
+            const auto g = got.to(torch::kCPU, torch::kDouble);
+            EXPECT_TRUE(torch::allclose(g, want, tol, 1e-5 + tol * want.abs().max().item<double>()))
+                << what << " max diff " << (g - want).abs().max().item<double>();
+          };
+          near(gy, ry.detach(), "y");
+          if (fused) {
+            EXPECT_TRUE(torch::equal(gh.cpu(), x + delta)) << "h is x + delta rounded as ATen rounds it";
+            near(gd.grad(), rd.grad(), "ddelta");
+          }
+          near(gx.grad(), rx.grad(), "dx");
+          near(gw.grad(), rw.grad(), "dweight");
+          near(gb.grad(), rb.grad(), "dbias");
+        }
+}
+
+TEST(OpsLayerNorm, MisalignedAndMixedInputs_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  // A view starting one element into its storage: not 16-byte aligned.
+  const auto base = torch::randn({65 * 768 + 1}, cuda.dtype(torch::kBFloat16));
+  const auto x = base.narrow(0, 1, 65 * 768).view({65, 768});
+  const auto w = torch::randn({768}, cuda.dtype(torch::kBFloat16)), b = torch::randn({768}, cuda.dtype(torch::kBFloat16));
+  const auto want = at::layer_norm(x.to(torch::kFloat), {768}, w.to(torch::kFloat), b.to(torch::kFloat));
+  EXPECT_TRUE(torch::allclose(ops::layer_norm(x, w, b).to(torch::kFloat), want, 1.6e-2, 1e-2));
+  // float32 x + bf16 delta (what bf16 autocast hands the residual stream): the sum is float32.
+  const auto xf = torch::randn({65, 768}, cuda), dbf = torch::randn({65, 768}, cuda.dtype(torch::kBFloat16));
+  const auto wf = torch::randn({768}, cuda), bf = torch::randn({768}, cuda);
+  const auto [h, y] = ops::add_layer_norm(xf, dbf, wf, bf);
+  EXPECT_EQ(h.scalar_type(), torch::kFloat);
+  EXPECT_TRUE(torch::allclose(h, xf + dbf));
+  EXPECT_TRUE(torch::allclose(y, at::layer_norm(xf + dbf, {768}, wf, bf), 1e-5, 1e-5));
 }
 
 TEST(OpsLayerNorm, BackwardIsReproducibleBitForBit_CUDA) {
@@ -219,4 +261,190 @@ TEST(OpsLayerNorm, BackwardIsReproducibleBitForBit_CUDA) {
     dw.push_back(w.grad().clone());
   }
   EXPECT_TRUE(torch::equal(dw[0], dw[1]));
+}
+
+TEST(OpsGelu, KernelsMatchReference_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf})
+    for (int64_t n : {1, 7, 113, 1023, 4096 * 3 + 5}) {
+      SCOPED_TRACE(testing::Message() << dtype << " n " << n);
+      const auto x = (3 * torch::randn({n}, torch::kDouble)).to(dtype);
+      const auto dy = torch::randn({n}, torch::kDouble).to(dtype);
+      auto rx = x.to(torch::kDouble).requires_grad_();
+      const auto ry = ops::gelu(rx);
+      ry.backward(dy.to(torch::kDouble));
+      // Starting one element into the storage: the unaligned path.
+      for (const int64_t offset : {0, 1}) {
+        const auto store = torch::randn({n + offset}, torch::TensorOptions().device(torch::kCUDA).dtype(dtype));
+        store.narrow(0, offset, n).copy_(x);
+        auto gx = store.narrow(0, offset, n).detach().requires_grad_();
+        const auto gy = ops::gelu(gx);
+        ASSERT_EQ(gy.scalar_type(), dtype);
+        gy.backward(dy.cuda());
+        const double tol = dtype == torch::kFloat ? 1.3e-6 : tolerance(dtype);
+        const auto y = gy.to(torch::kCPU, torch::kDouble), g = gx.grad().to(torch::kCPU, torch::kDouble);
+        EXPECT_TRUE(torch::allclose(y, ry.detach(), tol, 1e-5)) << "y, max diff " << (y - ry).abs().max().item<double>();
+        EXPECT_TRUE(torch::allclose(g, rx.grad(), tol, 1e-5)) << "dx, max diff "
+                                                               << (g - rx.grad()).abs().max().item<double>();
+      }
+    }
+  // A strided input is made contiguous first.
+  const auto t = torch::randn({64, 48}, torch::TensorOptions().device(torch::kCUDA)).t();
+  EXPECT_TRUE(torch::allclose(ops::gelu(t), at::gelu(t, "tanh"), 1.3e-6, 1e-5));
+}
+
+TEST(OpsEmbedding, KernelsMatchReferenceAndAreReproducible_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf})
+    for (const auto& [B, T, C, V] : std::vector<std::array<int64_t, 4>>{{1, 1, 8, 5}, {3, 7, 12, 50}, {4, 113, 64, 97},
+                                                                      {16, 1024, 768, 50304}}) {
+      SCOPED_TRACE(testing::Message() << dtype << " B " << B << " T " << T << " C " << C << " V " << V);
+      const auto wte = torch::randn({V, C}, torch::kDouble).to(dtype), wpe = torch::randn({T + 3, C}).to(dtype);
+      // Skewed ids, so that some runs of equal ids cross several tiles of 32 sorted positions.
+      auto idx = torch::randint(V - 1, {B, T}, torch::kLong);
+      idx.masked_fill_(torch::rand({B, T}) < 0.3, 3);
+      const auto dout = torch::randn({B, T, C}, torch::kDouble).to(dtype);
+      auto rte = wte.to(torch::kDouble).requires_grad_(), rpe = wpe.to(torch::kDouble).requires_grad_();
+      ops::IdCheck cpu_ids;
+      ops::embedding(idx, rte, rpe, V - 1, cpu_ids).backward(dout.to(torch::kDouble));
+
+      ops::IdCheck ids;
+      std::vector<torch::Tensor> dwte;
+      for (int run = 0; run < 2; ++run) {
+        auto gte = wte.cuda().requires_grad_(), gpe = wpe.cuda().requires_grad_();
+        const auto x = ops::embedding(idx.cuda(), gte, gpe, V - 1, ids);
+        ASSERT_EQ(x.scalar_type(), dtype);
+        if (run == 0) {  // a sum of two rounded values, rounded once: ATen's add gives the same
+          EXPECT_TRUE(torch::equal(x.cpu(), (at::embedding(wte, idx) + wpe.narrow(0, 0, T))));
+        }
+        x.backward(dout.cuda());
+        const double tol = dtype == torch::kFloat ? 1e-5 : tolerance(dtype);
+        const auto near = [&](const torch::Tensor& got, const torch::Tensor& want, const char* what) {
+          const auto g = got.to(torch::kCPU, torch::kDouble);
+          EXPECT_TRUE(torch::allclose(g, want, tol, 1e-5 + tol * want.abs().max().item<double>()))
+              << what << " max diff " << (g - want).abs().max().item<double>();
+        };
+        near(gte.grad(), rte.grad(), "dwte");
+        near(gpe.grad(), rpe.grad(), "dwpe");
+        dwte.push_back(gte.grad());
+      }
+      EXPECT_TRUE(torch::equal(dwte[0], dwte[1])) << "dwte differs between two runs";
+      EXPECT_NO_THROW(ids.raise());
+    }
+}
+
+TEST(OpsEmbedding, BadIdsAreReportedLaterNeverRead_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  const auto wte = torch::randn({64, 16}, cuda), wpe = torch::randn({8, 16}, cuda);
+  ops::IdCheck ids("model");
+  auto idx = torch::randint(60, {2, 8}, torch::kLong);
+  idx[1][6] = 60;  // a padding row: present in wte, no id
+  const auto x = ops::embedding(idx.cuda(), wte, wpe, 60, ids);  // queued: no throw, no wait
+  EXPECT_TRUE(x[1][6].isnan().all().item<bool>());
+  EXPECT_FALSE(x[1][5].isnan().any().item<bool>());
+  llmtrain::testing::expect_error([&] { ids.raise(); }, {"model: idx holds token id 60 at (1, 6)", "[0, 60)"});
+  EXPECT_NO_THROW(ids.raise());  // reported once; the record starts afresh
+  auto targets = torch::randint(60, {2, 8}, torch::kLong);
+  targets[0][1] = -100;
+  ids.check(targets.cuda(), "targets", 60, -100);
+  EXPECT_NO_THROW(ids.raise());
+  targets[1][2] = 1 << 20;
+  ids.check(targets.cuda(), "targets", 60, -100);
+  torch::cuda::synchronize();
+  llmtrain::testing::expect_error([&] { ids.raise(/*wait=*/false); }, {"targets holds token id 1048576 at (1, 2)"});
+}
+
+TEST(OpsCrossEntropy, OverwrittenLogitsGiveTheSameGradient_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  const auto logits = torch::randn({37, 1024}, torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16));
+  const auto targets = torch::randint(1000, {37}, torch::kLong).cuda();
+  auto a = logits.clone().requires_grad_(), b = logits.clone().requires_grad_();
+  const auto la = ops::cross_entropy(a * 1, targets, ops::kIgnoreIndex, 1000);
+  const auto lb = ops::cross_entropy(b * 1, targets, ops::kIgnoreIndex, 1000, /*overwrite_logits=*/true);
+  EXPECT_EQ(la.item<float>(), lb.item<float>());
+  la.backward();
+  lb.backward({}, /*retain_graph=*/true);
+  EXPECT_TRUE(torch::equal(a.grad(), b.grad()));
+  llmtrain::testing::expect_error([&] { lb.backward(); }, {"backward ran twice", "overwrite_logits"});
+}
+
+TEST(OpsMlp, FusedProductsMatchReference_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf})
+    for (int64_t rows : kRows)
+      for (const auto& [C, H] : std::vector<std::pair<int64_t, int64_t>>{{16, 64}, {768, 3072}}) {
+        if (C == 768 && rows > 113) continue;  // keep the float64 reference quick
+        SCOPED_TRACE(testing::Message() << dtype << " rows " << rows << " C " << C << " H " << H);
+        const auto make = [&](std::vector<int64_t> shape, double scale) {
+          return (scale * torch::randn(shape, torch::kDouble)).to(dtype);
+        };
+        const auto x = make({rows, C}, 1.0), fw = make({H, C}, 1.0 / std::sqrt(double(C))), fb = make({H}, 0.5),
+                   pw = make({C, H}, 1.0 / std::sqrt(double(H))), pb = make({C}, 0.5), dy = make({rows, C}, 1.0);
+        std::vector<torch::Tensor> ref, dev;
+        for (const auto& t : {x, fw, fb, pw, pb}) {
+          ref.push_back(t.to(torch::kDouble).requires_grad_());
+          dev.push_back(t.cuda().requires_grad_());
+        }
+        const auto ry = ops::mlp(ref[0], ref[1], ref[2], ref[3], ref[4]);
+        ry.backward(dy.to(torch::kDouble));
+        const auto gy = ops::mlp(dev[0], dev[1], dev[2], dev[3], dev[4]);
+        ASSERT_EQ(gy.scalar_type(), dtype);
+        gy.backward(dy.cuda());
+        // float32: cuBLAS's float32 products against float64 (tolerance of a sum over C or H terms);
+        // bf16/fp16: the hidden activation is rounded to the dtype between the two products.
+        const double tol = dtype == torch::kFloat ? 2e-5 : tolerance(dtype);
+        const auto near = [&](const torch::Tensor& got, const torch::Tensor& want, const std::string& what) {
+          const auto g = got.to(torch::kCPU, torch::kDouble);
+          EXPECT_TRUE(torch::allclose(g, want, tol, tol * want.abs().max().item<double>()))
+              << what << " max diff " << (g - want).abs().max().item<double>() << " of max " << want.abs().max().item<double>();
+        };
+        near(gy, ry.detach(), "y");
+        const char* names[] = {"dx", "dfc_weight", "dfc_bias", "dproj_weight", "dproj_bias"};
+        for (size_t i = 0; i < 5; ++i) near(dev[i].grad(), ref[i].grad(), names[i]);
+
+      }
+}
+
+TEST(OpsMlp, AutocastCastsLikeATen_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  const auto x = torch::randn({37, 64}, cuda);
+  const auto fw = (0.1 * torch::randn({128, 64}, cuda)).requires_grad_(), fb = torch::randn({128}, cuda).requires_grad_();
+  const auto pw = (0.1 * torch::randn({64, 128}, cuda)).requires_grad_(), pb = torch::randn({64}, cuda).requires_grad_();
+  at::autocast::set_autocast_enabled(at::kCUDA, true);
+  at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+  const auto y = ops::mlp(x, fw, fb, pw, pb);
+  const auto want = at::linear(at::gelu(at::linear(x, fw, fb), "tanh"), pw, pb);
+  at::autocast::set_autocast_enabled(at::kCUDA, false);
+  at::autocast::clear_cache();
+  EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(torch::allclose(y.to(torch::kFloat), want.to(torch::kFloat), 1.6e-2, 2e-2));
+  y.to(torch::kFloat).sum().backward();
+  ASSERT_TRUE(fw.grad().defined());
+  EXPECT_EQ(fw.grad().scalar_type(), torch::kFloat);  // through the cast, to the float32 weight
+}
+
+TEST(OpsAttention, CudnnPathMatchesReference_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  for (const auto dtype : {torch::kBFloat16, torch::kHalf})
+    for (int64_t T : {1, 7, 113, 256}) {
+      SCOPED_TRACE(testing::Message() << dtype << " T " << T);
+      // q, k, v as views of one (B, T, 3, H, D) tensor, as the model makes them.
+      const auto qkv = torch::randn({2, T, 3, 4, 64}, torch::kDouble).to(dtype);
+      const auto dy = torch::randn({2, 4, T, 64}, torch::kDouble).to(dtype);
+      const auto ref = qkv.to(torch::kDouble).requires_grad_();
+      const auto dev = qkv.cuda().requires_grad_();
+      const auto heads = [](const torch::Tensor& t, int64_t i) { return t.select(2, i).transpose(1, 2); };
+      const auto ry = ops::attention(heads(ref, 0), heads(ref, 1), heads(ref, 2));
+      ry.backward(dy.to(torch::kDouble));
+      const auto gy = ops::attention(heads(dev, 0), heads(dev, 1), heads(dev, 2));
+      gy.backward(dy.cuda());
+      const double tol = tolerance(dtype);
+      const auto y = gy.to(torch::kCPU, torch::kDouble), g = dev.grad().to(torch::kCPU, torch::kDouble);
+      EXPECT_TRUE(torch::allclose(y, ry.detach(), tol, tol * ry.abs().max().item<double>()))
+          << "y max diff " << (y - ry).abs().max().item<double>();
+      EXPECT_TRUE(torch::allclose(g, ref.grad(), tol, tol * ref.grad().abs().max().item<double>()))
+          << "dqkv max diff " << (g - ref.grad()).abs().max().item<double>();
+    }
 }

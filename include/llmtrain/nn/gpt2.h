@@ -15,7 +15,10 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "llmtrain/ops/embedding.h"
 
 namespace llmtrain::nn {
 
@@ -69,13 +72,16 @@ class MLPImpl : public torch::nn::Cloneable<MLPImpl> {
 };
 TORCH_MODULE(MLP);
 
-/// A pre-norm transformer block: x + attn(ln_1(x)), then + mlp(ln_2(x)).
+/// A pre-norm transformer block: h = x + attn(ln_1(x)), then h + mlp(ln_2(h)).
 ///   Block block(cfg); auto y = block(x);  // (B, T, C) -> (B, T, C)
 class BlockImpl : public torch::nn::Cloneable<BlockImpl> {
  public:
   explicit BlockImpl(GPT2Config cfg);
   void reset() override;
   torch::Tensor forward(const torch::Tensor& x);  // (B, T, C) -> (B, T, C)
+  /// The block on the input x + delta, with that residual add fused into ln_1 (delta may be
+  /// undefined), returning {h, mlp branch}: their sum is the output, left for the next block's ln_1.
+  std::pair<torch::Tensor, torch::Tensor> forward_residual(const torch::Tensor& x, const torch::Tensor& delta);
 
   GPT2Config cfg;
   torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
@@ -96,6 +102,7 @@ class GPT2TransformerImpl : public torch::nn::Cloneable<GPT2TransformerImpl> {
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};  // (padded V, C), (block_size, C)
   torch::nn::ModuleList h{nullptr};                 // n_layer Blocks
   torch::nn::LayerNorm ln_f{nullptr};
+  ops::IdCheck ids{"GPT2"};                         // token ids checked on the device (CUDA)
 };
 TORCH_MODULE(GPT2Transformer);
 
@@ -113,8 +120,17 @@ class GPT2Impl : public torch::nn::Cloneable<GPT2Impl> {
   explicit GPT2Impl(GPT2Config cfg);
   void reset() override;
   /// idx and targets (B, T) int64 with T <= block_size; ids in [0, vocab_size), targets also -100
-  /// (ignored). Throws llmtrain::Error for shapes or ids out of range.
+  /// (ignored). Throws llmtrain::Error for shapes, and for ids out of range: at once on the CPU; on a
+  /// CUDA device, where ids are checked without stalling the GPU, from check_inputs() or the next
+  /// forward (the bad batch's loss is NaN).
   GPT2Output forward(const torch::Tensor& idx, const torch::Tensor& targets = {});
+  /// The training loss alone: forward's loss, with the logits' memory reused for their gradient (the
+  /// logits are never returned), which saves a (B, T, padded V) buffer. Backward runs once.
+  ///   auto loss = model->loss(idx, targets);  loss.backward();
+  torch::Tensor loss(const torch::Tensor& idx, const torch::Tensor& targets);
+  /// Throws llmtrain::Error for an id out of range that an earlier forward on a CUDA device saw,
+  /// waiting for those forwards; free right after the host has read their loss.
+  void check_inputs();
 
   /// Parameters counted as Hugging Face counts them: the embedding at its vocab_size real rows.
   int64_t num_parameters() const;
@@ -124,6 +140,9 @@ class GPT2Impl : public torch::nn::Cloneable<GPT2Impl> {
 
   GPT2Config cfg;
   GPT2Transformer transformer{nullptr};
+
+ private:
+  torch::Tensor padded_logits(const torch::Tensor& idx, const torch::Tensor& targets);  // (B, T, padded V)
 };
 TORCH_MODULE(GPT2);
 

@@ -18,9 +18,12 @@ using ::llmtrain::kIgnoreIndex;
 /// no probability and a zero gradient. On CUDA (float32, bf16, fp16 logits with unit column stride)
 /// this is the fused classifier of kernels/cross_entropy.cu, where a target outside [0, num_classes)
 /// makes the loss NaN; elsewhere the ATen reference, which throws for it.
+/// `overwrite_logits`: for logits nothing else reads after backward (a training step's), the fused
+/// classifier writes their gradient over them in place instead of into a second (N, C) buffer;
+/// backward can then run only once (a second one throws).
 ///   auto loss = llmtrain::ops::cross_entropy(logits.flatten(0, 1), targets.flatten());
 at::Tensor cross_entropy(const at::Tensor& logits,   // (N, C), rows may be strided
                          const at::Tensor& targets,  // (N) int64
-                         int64_t ignore_index = kIgnoreIndex, int64_t num_classes = -1);
+                         int64_t ignore_index = kIgnoreIndex, int64_t num_classes = -1, bool overwrite_logits = false);
 
 }  // namespace llmtrain::ops

@@ -1,14 +1,28 @@
-// One switch for every op's CUDA kernels. On (the default), ops run kernels/ on the CUDA tensors those
-// kernels take; off, every op runs its ATen reference path on any device: the plain-LibTorch baseline
-// of benchmarks/bench_train, and a way to tell a kernel's numerics from the model's.
+// Switches for the ops' CUDA kernels. On (the default), ops run kernels/ on the CUDA tensors those
+// kernels take; off, an op runs its ATen reference path on any device. All off is the plain-LibTorch
+// baseline of benchmarks/bench_train; one op off shows what its kernel is worth inside the whole step,
+// and tells a kernel's numerics from the model's.
 #pragma once
+
+#include <string>
+#include <vector>
 
 namespace llmtrain::ops {
 
-/// Turns the CUDA kernels on or off for the whole process (thread-safe; takes effect at the next op).
+/// Turns the CUDA kernels of every op on or off for the whole process (thread-safe; takes effect at
+/// the next op).
 ///   llmtrain::ops::set_cuda_kernels_enabled(false);  // ATen reference paths from here on
 void set_cuda_kernels_enabled(bool enabled);
 /// Whether the CUDA kernels are on (always false in a build without CUDA).
 bool cuda_kernels_enabled();
+
+/// Turns one op's CUDA path on or off, by name (one of cuda_kernel_names()); throws llmtrain::Error
+/// naming an unknown op. The process-wide switch above still rules over it.
+///   llmtrain::ops::set_cuda_kernel_enabled("mlp", false);  // the MLP on ATen, the rest fused
+void set_cuda_kernel_enabled(const std::string& op, bool enabled);
+/// Whether `op`'s CUDA path is on: its own switch and the process-wide one.
+bool cuda_kernel_enabled(const std::string& op);
+/// The ops with a CUDA path: embedding, layer_norm, gelu, mlp, attention, cross_entropy, adamw.
+std::vector<std::string> cuda_kernel_names();
 
 }  // namespace llmtrain::ops

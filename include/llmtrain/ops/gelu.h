@@ -5,7 +5,8 @@
 
 namespace llmtrain::ops {
 
-/// y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), elementwise.
+/// y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), elementwise, in x's dtype. On CUDA (float32,
+/// bf16, fp16) the kernels of kernels/gelu.cu, forward and backward; elsewhere ATen's gelu.
 ///   auto h = llmtrain::ops::gelu(c_fc(x));
 at::Tensor gelu(const at::Tensor& x);  // any shape
 
