@@ -2,7 +2,11 @@
 // 124M's training sizes (B=16, T=1024). Reports the time, the bandwidth the kernel's minimal memory
 // traffic implies (against the H200's 4.8 TB/s) and the speedup.
 //   build/bin/bench_kernels --iters 50
+#include <ATen/Context.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/Sleep.h>
 #include <llmtrain/llmtrain.h>
+#include <torch/autograd.h>
 #include <torch/cuda.h>
 
 #include <CLI/CLI.hpp>
@@ -13,13 +17,19 @@
 
 namespace {
 
+// The GPU's time per call of f, between two events. A spin kernel first holds the GPU while the host
+// queues every call, so the host's own cost per call (autograd, allocation, launches) stays out of the
+// figure unless it exceeds the GPU's.
 double time_ms(const std::function<void()>& f, int iters) {
   for (int i = 0; i < 3; ++i) f();
   torch::cuda::synchronize();
-  const auto t0 = std::chrono::steady_clock::now();
+  at::cuda::sleep(int64_t(2e8));  // ~100 ms at ~2 GHz
+  at::cuda::CUDAEvent start(cudaEventDefault), stop(cudaEventDefault);
+  start.record();
   for (int i = 0; i < iters; ++i) f();
-  torch::cuda::synchronize();
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / iters;
+  stop.record();
+  stop.synchronize();
+  return double(start.elapsed_time(stop)) / iters;
 }
 
 struct Result {
@@ -83,6 +93,80 @@ int main(int argc, char** argv) {
         },
         iters));
   }
+  // Layer norm fused with the residual add before it (h = x + delta), both outputs used downstream.
+  {
+    const int64_t N = 16 * 1024, C = 768;
+    const auto bf16 = cuda.dtype(torch::kBFloat16);
+    const auto x = torch::randn({N, C}, bf16).requires_grad_(), delta = torch::randn({N, C}, bf16).requires_grad_();
+    const auto w = torch::randn({C}, bf16).requires_grad_(), b = torch::randn({C}, bf16).requires_grad_();
+    const auto dy = torch::randn({N, C}, bf16), dh = torch::randn({N, C}, bf16);
+    // forward: x, delta in, h, y out; backward: dy, h, dh in, dh_total out
+    const double bytes = double(N * C) * 2 * 8;
+    results.push_back(compare(
+        "residual add + layer_norm fwd+bwd (16384 x 768)", bytes,
+        [&] {
+          for (const auto* t : {&x, &delta, &w, &b}) t->mutable_grad() = torch::Tensor();
+          const auto [h, y] = llmtrain::ops::add_layer_norm(x, delta, w, b);
+          torch::autograd::backward({y, h}, {dy, dh});
+        },
+        iters));
+  }
+  // GELU: the MLP's (B=16, T=1024, 4C=3072) pre-activations, bf16, forward and backward.
+  {
+    const int64_t n = 16 * 1024 * 3072;
+    const auto x = torch::randn({n}, cuda.dtype(torch::kBFloat16)).requires_grad_();
+    const auto dy = torch::randn({n}, cuda.dtype(torch::kBFloat16));
+    const double bytes = double(n) * 2 * 5;  // forward: x in, y out; backward: dy and x in, dx out
+    results.push_back(compare(
+        "gelu fwd+bwd (16384 x 3072 bf16)", bytes,
+        [&] {
+          x.mutable_grad() = torch::Tensor();
+          llmtrain::ops::gelu(x).backward(dy);
+        },
+        iters));
+  }
+  // GPT-2 124M's MLP (C=768, H=3072) on B=16, T=1024 tokens, bf16: two products with the bias, GELU,
+  // GELU's gradient and the bias gradients in their epilogues, against ATen's linear, gelu and sums.
+  // The figure here is TFLOP/s-bound, so the bandwidth column means little: see the speedup.
+  {
+    const int64_t N = 16 * 1024, C = 768, H = 3072;
+    const auto bf16 = cuda.dtype(torch::kBFloat16);
+    const auto x = torch::randn({N, C}, bf16).requires_grad_(), dy = torch::randn({N, C}, bf16);
+    const auto fw = (0.03 * torch::randn({H, C}, bf16)).requires_grad_(), fb = torch::randn({H}, bf16).requires_grad_();
+    const auto pw = (0.02 * torch::randn({C, H}, bf16)).requires_grad_(), pb = torch::randn({C}, bf16).requires_grad_();
+    const double bytes = double(N) * (C * 2 + H * 2) * 2 * 3;  // x, h, g, y and their gradients, roughly
+    results.push_back(compare(
+        "mlp fwd+bwd (16384 x 768 -> 3072 -> 768)", bytes,
+        [&] {
+          for (const auto* t : {&x, &fw, &fb, &pw, &pb}) t->mutable_grad() = torch::Tensor();
+          llmtrain::ops::mlp(x, fw, fb, pw, pb).backward(dy);
+        },
+        iters));
+  }
+  // The embedding: GPT-2's wte (50304 x 768) and wpe gathered for B=16, T=1024, and the backward's
+  // deterministic sums into both (text-like ids: a few very common ones).
+  {
+    const int64_t B = 16, T = 1024, C = 768, V = 50304;
+    const auto bf16 = cuda.dtype(torch::kBFloat16);
+    const auto wte = torch::randn({V, C}, bf16).requires_grad_(), wpe = torch::randn({T, C}, bf16).requires_grad_();
+    auto idx = torch::randint(50257, {B, T}, cuda.dtype(torch::kLong));
+    idx.masked_fill_(torch::rand({B, T}, cuda) < 0.05, 13);  // "," is about 5% of English GPT-2 tokens
+    idx.masked_fill_(torch::rand({B, T}, cuda) < 0.05, 262);
+    const auto dout = torch::randn({B, T, C}, bf16);
+    llmtrain::ops::IdCheck ids;
+    // forward: rows in, x out; backward: dout in, dwte zeroed (its rows of present ids written again)
+    const double bytes = double(B * T * C) * 2 * 3 + double(V * C) * 2;
+    results.push_back(compare(
+        "embedding fwd+bwd (16 x 1024 of 50304 x 768)", bytes,
+        [&] {
+          for (const auto* t : {&wte, &wpe}) t->mutable_grad() = torch::Tensor();
+          if (llmtrain::ops::cuda_kernels_enabled())
+            llmtrain::ops::embedding(idx, wte, wpe, 50257, ids).backward(dout);
+          else  // the ATen composite alone (the op's ATen path also waits for its id check)
+            (at::embedding(wte, idx) + wpe).backward(dout);
+        },
+        iters));
+  }
   // The optimizer: GPT-2 124M's tensors, bf16 gradients, fp32 masters and moments, bf16 copies.
   {
     llmtrain::nn::GPT2 model(llmtrain::nn::GPT2Config::preset("gpt2"));
@@ -112,6 +196,42 @@ int main(int argc, char** argv) {
         iters));
   }
 
+  // Attention (not a kernel of llmtrain's): ATen's scaled-dot-product backends on GPT-2 124M's causal
+  // attention (B=16, H=12, T=1024, D=64, bf16, q/k/v views of one (B, T, 3C) tensor), forward and backward.
+  std::vector<std::pair<std::string, double>> attention;
+  {
+    const int64_t B = 16, H = 12, T = 1024, D = 64;
+    const auto qkv = torch::randn({B, T, 3, H, D}, cuda.dtype(torch::kBFloat16)).requires_grad_();
+    const auto dy = torch::randn({B, H, T, D}, cuda.dtype(torch::kBFloat16));
+    auto& ctx = at::globalContext();
+    const bool flash = ctx.userEnabledFlashSDP(), eff = ctx.userEnabledMemEfficientSDP(),
+               cudnn = ctx.userEnabledCuDNNSDP(), math = ctx.userEnabledMathSDP();
+    const std::pair<const char*, int> backends[] = {{"flash", 0}, {"cudnn", 1}, {"efficient", 2}};
+    for (const auto& [name, which] : backends) {
+      ctx.setSDPUseFlash(which == 0);
+      ctx.setSDPUseCuDNN(which == 1);
+      ctx.setSDPUseMemEfficient(which == 2);
+      ctx.setSDPUseMath(false);
+      try {
+        attention.emplace_back(name, time_ms(
+                                         [&] {
+                                           qkv.mutable_grad() = torch::Tensor();
+                                           const auto q = qkv.select(2, 0).transpose(1, 2),
+                                                      k = qkv.select(2, 1).transpose(1, 2),
+                                                      v = qkv.select(2, 2).transpose(1, 2);
+                                           llmtrain::ops::attention(q, k, v).backward(dy);
+                                         },
+                                         iters));
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "attention backend %s: %s\n", name, e.what());
+      }
+    }
+    ctx.setSDPUseFlash(flash);
+    ctx.setSDPUseMemEfficient(eff);
+    ctx.setSDPUseCuDNN(cudnn);
+    ctx.setSDPUseMath(math);
+  }
+
   std::printf("%-44s %10s %10s %9s %8s %8s\n", "kernel", "fused ms", "ATen ms", "GB/s", "of peak", "speedup");
   nlohmann::json out = nlohmann::json::array();
   for (const auto& r : results) {
@@ -123,6 +243,13 @@ int main(int argc, char** argv) {
                    {"aten_ms", r.aten_ms},
                    {"gb_per_s", gbs},
                    {"speedup", r.aten_ms / r.fused_ms}});
+  }
+  // Causal attention FLOPs: 4 B T^2 C / 2 forward, 2.5 times that backward.
+  const double attn_flops = 3.5 * 4.0 * 16 * 1024.0 * 1024.0 * 768 / 2;
+  for (const auto& [name, ms] : attention) {
+    std::printf("attention fwd+bwd, SDPA backend %-12s %10.3f ms %8.0f TFLOP/s\n", name.c_str(), ms,
+                attn_flops / (ms * 1e-3) / 1e12);
+    out.push_back({{"kernel", "attention/" + name}, {"ms", ms}});
   }
   std::printf("%s\n", out.dump().c_str());
   return 0;

@@ -5,12 +5,14 @@
 //   libtorch        bf16 autocast over fp32 parameters, every op on its ATen path (kernels off)
 //   libtorch-bf16w  bf16 parameters with fp32 master weights, ATen paths (kernels off)
 //   llmtrain        bf16 parameters with fp32 master weights, llmtrain's CUDA kernels on
-//   build/bin/bench_train --batch 16 --batch 32 --steps 20
+//   llmtrain-OP     the same with one op on ATen (--without OP): what that op's kernel is worth
+//   build/bin/bench_train --batch 16 --batch 32 --steps 20 [--without mlp]
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <llmtrain/llmtrain.h>
 #include <torch/cuda.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -24,8 +26,9 @@ struct Row {
 };
 
 Row run(const std::string& name, bool kernels, llmtrain::optim::Precision precision, int64_t B, int64_t T, int steps,
-        int warmup, double peak_flops) {
+        int warmup, double peak_flops, const std::string& without = "") {
   llmtrain::ops::set_cuda_kernels_enabled(kernels);
+  for (const auto& op : llmtrain::ops::cuda_kernel_names()) llmtrain::ops::set_cuda_kernel_enabled(op, op != without);
   torch::manual_seed(1337);
   llmtrain::nn::GPT2 model(llmtrain::nn::GPT2Config::preset("gpt2"));
   model->to(torch::kCUDA);
@@ -42,11 +45,12 @@ Row run(const std::string& name, bool kernels, llmtrain::optim::Precision precis
     torch::Tensor l;
     {
       llmtrain::optim::AutocastScope amp(torch::kCUDA, precision);
-      l = model(inputs, targets).loss;
+      l = model->loss(inputs, targets);
     }
     l.backward();
     opt.step(s);
     loss = l.item<double>();  // the logged loss, as the Trainer reads it
+    model->check_inputs();    // free once the loss is read, as in the Trainer
   };
   for (int s = 0; s < warmup; ++s) step(s);
   torch::cuda::synchronize();
@@ -80,6 +84,10 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "untimed steps first")->capture_default_str();
   app.add_option("--peak-tflops", peak_tflops, "the GPU's dense bf16 peak, for MFU (H100/H200: 989.4)")
       ->capture_default_str();
+  std::vector<std::string> paths;
+  app.add_option("--path", paths, "rows to run (repeatable: libtorch, libtorch-bf16w, llmtrain; default all)");
+  std::vector<std::string> without;
+  app.add_option("--without", without, "also run llmtrain with this op on ATen (repeatable; see ops/dispatch.h)");
   CLI11_PARSE(app, argc, argv);
   if (batches.empty()) batches = {16, 32};
   if (!torch::cuda::is_available()) {
@@ -89,25 +97,34 @@ int main(int argc, char** argv) {
   using llmtrain::optim::Precision;
   std::vector<Row> rows;
   try {
+    const auto wanted = [&](const std::string& p) {
+      return paths.empty() || std::find(paths.begin(), paths.end(), p) != paths.end();
+    };
     for (int64_t B : batches) {
-      rows.push_back(run("libtorch", false, Precision::kBF16, B, T, steps, warmup, peak_tflops * 1e12));
-      rows.push_back(run("libtorch-bf16w", false, Precision::kBF16Master, B, T, steps, warmup, peak_tflops * 1e12));
-      rows.push_back(run("llmtrain", true, Precision::kBF16Master, B, T, steps, warmup, peak_tflops * 1e12));
+      if (wanted("libtorch"))
+        rows.push_back(run("libtorch", false, Precision::kBF16, B, T, steps, warmup, peak_tflops * 1e12));
+      if (wanted("libtorch-bf16w"))
+        rows.push_back(run("libtorch-bf16w", false, Precision::kBF16Master, B, T, steps, warmup, peak_tflops * 1e12));
+      if (wanted("llmtrain"))
+        rows.push_back(run("llmtrain", true, Precision::kBF16Master, B, T, steps, warmup, peak_tflops * 1e12));
+      for (const auto& op : without)
+        rows.push_back(run("llmtrain-" + op, true, Precision::kBF16Master, B, T, steps, warmup, peak_tflops * 1e12, op));
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_train: %s\n", e.what());
     return 1;
   }
-  std::printf("%-15s %5s %10s %12s %7s %9s %9s %8s\n", "path", "B", "ms/step", "tok/s", "MFU", "peak GiB", "loss",
+  std::printf("%-24s %5s %10s %12s %7s %9s %9s %8s\n", "path", "B", "ms/step", "tok/s", "MFU", "peak GiB", "loss",
               "speedup");
   nlohmann::json out = nlohmann::json::array();
   for (const auto& r : rows) {
     double base = 0;
     for (const auto& b : rows)
       if (b.batch == r.batch && b.name == "libtorch") base = b.tokens_per_s;
-    std::printf("%-15s %5lld %10.2f %12.0f %6.1f%% %9.2f %9.4f %7.2fx\n", r.name.c_str(),
+    const double speedup = base > 0 ? r.tokens_per_s / base : 0;
+    std::printf("%-24s %5lld %10.2f %12.0f %6.1f%% %9.2f %9.4f %7.2fx\n", r.name.c_str(),
                 static_cast<long long>(r.batch), r.ms_per_step, r.tokens_per_s, 100 * r.mfu, r.peak_gib, r.loss,
-                r.tokens_per_s / base);
+                speedup);
     out.push_back({{"path", r.name},
                    {"batch", r.batch},
                    {"seq", T},
@@ -115,7 +132,7 @@ int main(int argc, char** argv) {
                    {"tokens_per_s", r.tokens_per_s},
                    {"mfu", r.mfu},
                    {"peak_gib", r.peak_gib},
-                   {"speedup_vs_libtorch", r.tokens_per_s / base}});
+                   {"speedup_vs_libtorch", speedup}});
   }
   std::printf("%s\n", out.dump().c_str());
   return 0;

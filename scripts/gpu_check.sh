@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The GPU machine's round, in one go (GPU time is scarce, so everything a change needs is here): the
+# set-up and build, the CUDA tests, the kernel and training benchmarks, a per-kernel profile of one
+# training step, and the GPT-2 124M reference run of ../shared/ENVIRONMENT.md. Each part writes its log
+# into LOGDIR and a line to LOGDIR/summary.txt.
+#   scripts/gpu_check.sh [LOGDIR] [PART...]   PART: build tests kernels train profile converge (default all)
+# BENCH_TRAIN_ARGS adds arguments to bench_train (e.g. "--without mlp").
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+log=${1:-$root/runs/gpu_check}
+shift || true
+parts=${*:-build tests kernels train profile converge}
+mkdir -p "$log"
+cd "$root"
+export LLMTRAIN_DATA_DIR=${LLMTRAIN_DATA_DIR:-$root/../shared/data}
+say() { printf '%s\n' "$*" | tee -a "$log/summary.txt"; }
+timed() {  # timed NAME COMMAND...: runs it into LOGDIR/NAME.log, says how it went and how long it took
+  local name=$1 t0=$SECONDS rc; shift
+  "$@" >"$log/$name.log" 2>&1; rc=$?
+  say "[$name] exit $rc in $((SECONDS - t0)) s"
+  return $rc
+}
+for part in $parts; do
+  case $part in
+    build) timed build bash scripts/setup.sh || { tail -40 "$log/build.log"; exit 1; } ;;
+    tests) timed tests ctest --test-dir build -R 'CUDA|OpsEmbedding|OpsLayerNorm|GPT2\.' --output-on-failure -j 4
+           grep -E 'tests passed|FAILED|Failed' "$log/tests.log" | tee -a "$log/summary.txt" ;;
+    kernels) timed kernels build/bin/bench_kernels --iters 20; tail -12 "$log/kernels.log" ;;
+    train) timed train build/bin/bench_train --steps 15 --warmup 3 ${BENCH_TRAIN_ARGS:-}; tail -12 "$log/train.log" ;;
+    profile) timed profile python3 benchmarks/profile_step.py --top 45; head -50 "$log/profile.log" ;;
+    converge)
+      timed prepare build/bin/prepare_data --tokenizer gpt2 --vocab-dir "$LLMTRAIN_DATA_DIR/gpt2" --out data/sotu \
+        --val-files "$LLMTRAIN_DATA_DIR"/sotu/201*.txt "$LLMTRAIN_DATA_DIR"/sotu/202*.txt -- "$LLMTRAIN_DATA_DIR/sotu"
+      rm -rf runs/sotu_gpt2_124m
+      timed converge build/bin/train_gpt2 --config examples/configs/sotu_gpt2_124m.json
+      grep -E 'val loss|step 300/' "$log/converge.log" | tee -a "$log/summary.txt"
+      cp runs/sotu_gpt2_124m/metrics.jsonl "$log/converge_metrics.jsonl" 2>/dev/null ;;
+    *) say "unknown part $part"; exit 2 ;;
+  esac
+done
