@@ -153,12 +153,7 @@ cudaError_t dispatch(DType dtype, int64_t C, std::initializer_list<const void*> 
     if (aligned && C % P == 0) f(t, Int<P>{});
     else f(t, Int<1>{});
   };
-  switch (dtype) {
-    case DType::kFloat32: go(static_cast<float*>(nullptr)); break;
-    case DType::kBFloat16: go(static_cast<__nv_bfloat16*>(nullptr)); break;
-    case DType::kFloat16: go(static_cast<__half*>(nullptr)); break;
-    default: return cudaErrorInvalidValue;
-  }
+  with_element_type(dtype, go);
   return cudaGetLastError();
 }
 

@@ -57,12 +57,7 @@ cudaError_t launch(const void* a, const void* b, DType dtype, int64_t n, void* o
       gelu_kernel<T, 1, kBackward><<<grid, kThreads, 0, stream>>>(static_cast<const T*>(a), static_cast<const T*>(b),
                                                                   n, static_cast<T*>(out));
   };
-  switch (dtype) {
-    case DType::kFloat32: go(static_cast<float*>(nullptr)); break;
-    case DType::kBFloat16: go(static_cast<__nv_bfloat16*>(nullptr)); break;
-    case DType::kFloat16: go(static_cast<__half*>(nullptr)); break;
-    default: return cudaErrorInvalidValue;
-  }
+  with_element_type(dtype, go);
   return cudaGetLastError();
 }
 

@@ -65,6 +65,16 @@ __host__ __device__ inline bool rows_aligned(const void* p, int64_t ld) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0 && (ld * int64_t(sizeof(T))) % 16 == 0;
 }
 
+/// Calls f with a null pointer of the element type `dtype` names (the type selects the kernel).
+template <typename F>
+inline void with_element_type(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kFloat32: f(static_cast<float*>(nullptr)); break;
+    case DType::kBFloat16: f(static_cast<__nv_bfloat16*>(nullptr)); break;
+    case DType::kFloat16: f(static_cast<__half*>(nullptr)); break;
+  }
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
