@@ -135,6 +135,7 @@ int main(int argc, char** argv) {
     const auto fw = (0.03 * torch::randn({H, C}, bf16)).requires_grad_(), fb = torch::randn({H}, bf16).requires_grad_();
     const auto pw = (0.02 * torch::randn({C, H}, bf16)).requires_grad_(), pb = torch::randn({C}, bf16).requires_grad_();
     const double bytes = double(N) * (C * 2 + H * 2) * 2 * 3;  // x, h, g, y and their gradients, roughly
+    llmtrain::ops::set_cuda_kernel_enabled("mlp", true);  // off by default; compare() turns all off for ATen
     results.push_back(compare(
         "mlp fwd+bwd (16384 x 768 -> 3072 -> 768)", bytes,
         [&] {
@@ -142,6 +143,7 @@ int main(int argc, char** argv) {
           llmtrain::ops::mlp(x, fw, fb, pw, pb).backward(dy);
         },
         iters));
+    llmtrain::ops::set_cuda_kernel_enabled("mlp", false);
   }
   // The embedding: GPT-2's wte (50304 x 768) and wpe gathered for B=16, T=1024, and the backward's
   // deterministic sums into both (text-like ids: a few very common ones).

@@ -6,7 +6,8 @@
 //   libtorch-bf16w  bf16 parameters with fp32 master weights, ATen paths (kernels off)
 //   llmtrain        bf16 parameters with fp32 master weights, llmtrain's CUDA kernels on
 //   llmtrain-OP     the same with one op on ATen (--without OP): what that op's kernel is worth
-//   build/bin/bench_train --batch 16 --batch 32 --steps 20 [--without mlp]
+//   llmtrain+OP     the same with an op's kernel that is off by default turned on (--with OP)
+//   build/bin/bench_train --batch 16 --batch 32 --steps 20 [--without layer_norm] [--with mlp]
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <llmtrain/llmtrain.h>
 #include <torch/cuda.h>
@@ -25,10 +26,24 @@ struct Row {
   double ms_per_step, tokens_per_s, mfu, peak_gib, loss;
 };
 
+// The ops whose kernels are on by default, read before any row changes them.
+const std::vector<std::string>& default_ops() {
+  static const std::vector<std::string> on = [] {
+    std::vector<std::string> v;
+    for (const auto& op : llmtrain::ops::cuda_kernel_names())
+      if (llmtrain::ops::cuda_kernel_enabled(op)) v.push_back(op);
+    return v;
+  }();
+  return on;
+}
+
 Row run(const std::string& name, bool kernels, llmtrain::optim::Precision precision, int64_t B, int64_t T, int steps,
-        int warmup, double peak_flops, const std::string& without = "") {
+        int warmup, double peak_flops, const std::string& without = "", const std::string& with = "") {
   llmtrain::ops::set_cuda_kernels_enabled(kernels);
-  for (const auto& op : llmtrain::ops::cuda_kernel_names()) llmtrain::ops::set_cuda_kernel_enabled(op, op != without);
+  for (const auto& op : llmtrain::ops::cuda_kernel_names()) {
+    const bool on = std::find(default_ops().begin(), default_ops().end(), op) != default_ops().end();
+    llmtrain::ops::set_cuda_kernel_enabled(op, (on && op != without) || op == with);
+  }
   torch::manual_seed(1337);
   llmtrain::nn::GPT2 model(llmtrain::nn::GPT2Config::preset("gpt2"));
   model->to(torch::kCUDA);
@@ -86,10 +101,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   std::vector<std::string> paths;
   app.add_option("--path", paths, "rows to run (repeatable: libtorch, libtorch-bf16w, llmtrain; default all)");
-  std::vector<std::string> without;
+  std::vector<std::string> without, with;
   app.add_option("--without", without, "also run llmtrain with this op on ATen (repeatable; see ops/dispatch.h)");
+  app.add_option("--with", with, "also run llmtrain with this default-off op's kernel on (repeatable)");
   CLI11_PARSE(app, argc, argv);
   if (batches.empty()) batches = {16, 32};
+  default_ops();  // before any row switches kernels
   if (!torch::cuda::is_available()) {
     std::fprintf(stderr, "bench_train: needs a CUDA device\n");
     return 1;
@@ -109,6 +126,9 @@ int main(int argc, char** argv) {
         rows.push_back(run("llmtrain", true, Precision::kBF16Master, B, T, steps, warmup, peak_tflops * 1e12));
       for (const auto& op : without)
         rows.push_back(run("llmtrain-" + op, true, Precision::kBF16Master, B, T, steps, warmup, peak_tflops * 1e12, op));
+      for (const auto& op : with)
+        rows.push_back(run("llmtrain+" + op, true, Precision::kBF16Master, B, T, steps, warmup, peak_tflops * 1e12, "",
+                           op));
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_train: %s\n", e.what());

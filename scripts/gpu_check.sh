@@ -4,7 +4,7 @@
 # training step, and the GPT-2 124M reference run of ../shared/ENVIRONMENT.md. Each part writes its log
 # into LOGDIR and a line to LOGDIR/summary.txt.
 #   scripts/gpu_check.sh [LOGDIR] [PART...]   PART: build tests kernels train profile converge (default all)
-# BENCH_TRAIN_ARGS adds arguments to bench_train (e.g. "--without mlp").
+# BENCH_TRAIN_ARGS adds arguments to bench_train (e.g. "--without layer_norm --with mlp").
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 log=${1:-$root/runs/gpu_check}
