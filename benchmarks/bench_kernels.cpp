@@ -125,6 +125,23 @@ int main(int argc, char** argv) {
         },
         iters));
   }
+  // A linear layer, the MLP's first (768 -> 3072, B=16, T=1024 rows), bf16, forward and backward:
+  // ATen's products on flattened rows with the bias gradient in the weight product's epilogue, against
+  // at::linear and its column sum. TFLOP/s-bound too: see the speedup.
+  {
+    const int64_t B = 16, T = 1024, C = 768, H = 3072;
+    const auto bf16 = cuda.dtype(torch::kBFloat16);
+    const auto x = torch::randn({B, T, C}, bf16).requires_grad_(), dy = torch::randn({B, T, H}, bf16);
+    const auto w = (0.03 * torch::randn({H, C}, bf16)).requires_grad_(), b = torch::randn({H}, bf16).requires_grad_();
+    const double bytes = double(B * T) * (C + H) * 2 * 3;  // x, y and their gradients, roughly
+    results.push_back(compare(
+        "linear fwd+bwd (16384 x 768 -> 3072 bf16)", bytes,
+        [&] {
+          for (const auto* t : {&x, &w, &b}) t->mutable_grad() = torch::Tensor();
+          llmtrain::ops::linear(x, w, b).backward(dy);
+        },
+        iters));
+  }
   // GPT-2 124M's MLP (C=768, H=3072) on B=16, T=1024 tokens, bf16: two products with the bias, GELU,
   // GELU's gradient and the bias gradients in their epilogues, against ATen's linear, gelu and sums.
   // The figure here is TFLOP/s-bound, so the bandwidth column means little: see the speedup.

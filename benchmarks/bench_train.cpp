@@ -9,6 +9,7 @@
 //   llmtrain+OP     the same with an op's kernel that is off by default turned on (--with OP)
 //   build/bin/bench_train --batch 16 --batch 32 --steps 20 [--without layer_norm] [--with mlp]
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <cuda_profiler_api.h>
 #include <llmtrain/llmtrain.h>
 #include <torch/cuda.h>
 
@@ -69,9 +70,11 @@ Row run(const std::string& name, bool kernels, llmtrain::optim::Precision precis
   };
   for (int s = 0; s < warmup; ++s) step(s);
   torch::cuda::synchronize();
+  cudaProfilerStart();  // profilers started with --profile-from-start off see the timed steps alone
   const auto t0 = std::chrono::steady_clock::now();
   for (int s = 0; s < steps; ++s) step(warmup + s);
   torch::cuda::synchronize();
+  cudaProfilerStop();
   const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps;
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
   Row r;

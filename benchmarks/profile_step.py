@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Where a training step's GPU time goes, kernel by kernel.
 
-Runs a program (by default bench_train: one warm-up and one timed llmtrain step of GPT-2 124M at B=16)
+Runs a program (by default bench_train: two warm-up steps, then one timed llmtrain step of GPT-2 124M at
+B=16, the only one profiled: bench_train opens the profiler's range around its timed steps)
 under Nsight Compute with only the duration metric, then prints each kernel's total time over the
-profiled launches, its launch count and its share, largest first. ncu runs the kernels one at a time,
-so the total is the sum of kernel times with no overlap or launch gaps: the step's floor on this path.
+profiled launches, its launch count and its share, largest first. ncu runs the kernels one at a time (caches
+left warm, clocks left alone), so the total is the sum of kernel times with no overlap or launch gaps:
+the step's floor on this path; the step's measured time less this total is host and launch overhead.
 
   python3 benchmarks/profile_step.py [--ncu PATH] [--csv FILE] [-- PROGRAM ARGS...]
 """
@@ -27,8 +29,8 @@ def main() -> int:
     a = ap.parse_args()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     program = a.program or [os.path.join(root, "build/bin/bench_train"), "--batch", "16", "--steps", "1",
-                            "--warmup", "1", "--path", "llmtrain"]
-    cmd = [a.ncu, "--clock-control", "none", "--metrics", "gpu__time_duration.sum", "--csv", "--page", "raw",
+                            "--warmup", "2", "--path", "llmtrain"]
+    cmd = [a.ncu, "--profile-from-start", "off", "--clock-control", "none", "--cache-control", "none", "--metrics", "gpu__time_duration.sum", "--csv", "--page", "raw",
            "--print-units", "base"] + program
     run = subprocess.run(cmd, capture_output=True, text=True)
     if run.returncode != 0:

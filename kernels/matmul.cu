@@ -32,6 +32,7 @@ cublasLtEpilogue_t lt_epilogue(Epilogue e) {
     case Epilogue::kBias: return CUBLASLT_EPILOGUE_BIAS;
     case Epilogue::kGeluAuxBias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     case Epilogue::kDGeluBGrad: return CUBLASLT_EPILOGUE_DGELU_BGRAD;
+    case Epilogue::kBGradB: return CUBLASLT_EPILOGUE_BGRADB;
   }
   return CUBLASLT_EPILOGUE_DEFAULT;
 }

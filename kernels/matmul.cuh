@@ -1,7 +1,7 @@
-// Matrix products through cuBLASLt with the epilogues that fold an MLP's neighbouring work into the
-// product: the bias add, GELU (writing its input too, for backward), and GELU's gradient together with
-// the bias gradient of the layer before it. Neither GELU nor its gradient then costs a pass of its own
-// over the activations. Terms are cuBLAS's column-major ones: a row-major
+// Matrix products through cuBLASLt with the epilogues that fold a layer's neighbouring work into the
+// product: the bias add, GELU (writing its input too, for backward), GELU's gradient together with the
+// bias gradient of the layer before it, and a weight product's bias gradient. None of them then costs a
+// pass of its own over the activations. Terms are cuBLAS's column-major ones: a row-major
 // (r, c) tensor is a column-major c x r matrix with leading dimension c.
 #pragma once
 
@@ -20,6 +20,7 @@ enum class Epilogue {
   kBias,         // D = op(A) op(B) + bias (bias: m, added to every column)
   kGeluAuxBias,  // aux = op(A) op(B) + bias; D = gelu(aux), tanh approximation
   kDGeluBGrad,   // D = op(A) op(B) * gelu'(aux); bias = the sum of D's n columns (m)
+  kBGradB,       // D = op(A) op(B); bias = the sums of op(B) over k (n): the bias gradient of dW = dY^T X
 };
 
 /// One product D (m x n) = op(A) (m x k) op(B) (k x n) and its epilogue. Every pointer must be 16-byte
@@ -35,7 +36,7 @@ struct MatmulArgs {
   int64_t ldd = 0;
   DType dtype = DType::kBFloat16;
   Epilogue epilogue = Epilogue::kNone;
-  void* bias = nullptr;  // read by kBias and kGeluAuxBias, written by kDGeluBGrad
+  void* bias = nullptr;  // read by kBias and kGeluAuxBias, written by kDGeluBGrad and kBGradB
   void* aux = nullptr;   // m x n, leading dimension m: written by kGeluAuxBias, read by kDGeluBGrad
 };
 

@@ -27,7 +27,7 @@ for part in $parts; do
            grep -E 'tests passed|FAILED|Failed' "$log/tests.log" | tee -a "$log/summary.txt" ;;
     kernels) timed kernels build/bin/bench_kernels --iters 20; tail -12 "$log/kernels.log" ;;
     train) timed train build/bin/bench_train --steps 15 --warmup 3 ${BENCH_TRAIN_ARGS:-}; tail -12 "$log/train.log" ;;
-    profile) timed profile python3 benchmarks/profile_step.py --top 45; head -50 "$log/profile.log" ;;
+    profile) timed profile python3 benchmarks/profile_step.py --top 45 --csv "$log/profile.csv"; head -50 "$log/profile.log" ;;
     converge)
       timed prepare build/bin/prepare_data --tokenizer gpt2 --vocab-dir "$LLMTRAIN_DATA_DIR/gpt2" --out data/sotu \
         --val-files "$LLMTRAIN_DATA_DIR"/sotu/201*.txt "$LLMTRAIN_DATA_DIR"/sotu/202*.txt -- "$LLMTRAIN_DATA_DIR/sotu"

@@ -20,6 +20,7 @@
 #include "llmtrain/ops/embedding.h"
 #include "llmtrain/ops/gelu.h"
 #include "llmtrain/ops/layer_norm.h"
+#include "llmtrain/ops/linear.h"
 #include "llmtrain/ops/mlp.h"
 #include "llmtrain/optim/optimizer.h"
 #include "llmtrain/optim/schedule.h"

@@ -12,6 +12,7 @@
 #include "llmtrain/ops/embedding.h"
 #include "llmtrain/ops/dispatch.h"
 #include "llmtrain/ops/layer_norm.h"
+#include "llmtrain/ops/linear.h"
 #include "llmtrain/ops/mlp.h"
 
 namespace llmtrain::nn {
@@ -98,14 +99,14 @@ void CausalSelfAttentionImpl::reset() {
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
   const int64_t H = cfg.n_head(), D = cfg.head_dim();
-  const auto qkv = c_attn(x).split(C, /*dim=*/-1);          // 3 x (B, T, C)
+  const auto qkv = ops::linear(x, c_attn->weight, c_attn->bias).split(C, /*dim=*/-1);  // 3 x (B, T, C)
   const auto heads = [&](const torch::Tensor& t) {        // (B, T, C) -> (B, H, T, D)
     return t.view({B, T, H, D}).transpose(1, 2);
   };
   const double p = is_training() ? cfg.dropout() : 0.0;
   torch::Tensor y = ops::attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), p);  // (B, H, T, D)
   y = y.transpose(1, 2).reshape({B, T, C});
-  return maybe_dropout(c_proj(y), cfg.dropout(), is_training());
+  return maybe_dropout(ops::linear(y, c_proj->weight, c_proj->bias), cfg.dropout(), is_training());
 }
 
 // ---- MLP ----------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@
 
 #include "../../kernels/common/dtype.h"
 #include "../../kernels/embedding.cuh"
+#include "../../kernels/matmul.cuh"
 #include "llmtrain/ops/adamw.h"
 
 namespace llmtrain::ops::cuda {
@@ -63,9 +64,21 @@ bool gelu_supported(const at::Tensor& x);
 /// ops::gelu on the kernels (an autograd function).
 at::Tensor gelu(const at::Tensor& x);
 
-/// True when the MLP's cuBLASLt products take this layer: CUDA tensors of one dtype (float32, bf16,
-/// fp16), the weight's both sizes multiples of 8.
-bool mlp_layer_supported(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
+/// Queues D = op(A) op(B) and its epilogue on cuBLASLt (kernels/matmul.cuh; linear_cuda.cpp has the
+/// row-major layout) with ATen's handle, workspace and current stream; a, b, d contiguous and 16-byte
+/// aligned (packed()). False when cuBLASLt has no algorithm for it; other failures throw.
+bool lt_matmul(int64_t m, int64_t n, int64_t k, const at::Tensor& a, int64_t lda, bool trans_a, const at::Tensor& b,
+               int64_t ldb, bool trans_b, at::Tensor& d, kernels::Epilogue epilogue = kernels::Epilogue::kNone,
+               const at::Tensor& bias = {}, const at::Tensor& aux = {});
+/// dw (out, in) = dy^T x for packed x (N, in) and dy (N, out); with db, dy's column sums too (out), in
+/// the product's epilogue where cuBLASLt has one for the shape.
+void linear_weight_grads(const at::Tensor& x, const at::Tensor& dy, at::Tensor& dw, at::Tensor* db);
+
+/// True when the cuBLASLt products take this layer: CUDA tensors of one dtype (float32, bf16, fp16),
+/// the weight's both sizes multiples of 8. Both ops::linear's and ops::mlp's layers.
+bool linear_supported(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
+/// ops::linear with a bias (an autograd function).
+at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 /// ops::mlp on cuBLASLt with fused epilogues (an autograd function).
 at::Tensor mlp(const at::Tensor& x, const at::Tensor& fc_weight, const at::Tensor& fc_bias,
                const at::Tensor& proj_weight, const at::Tensor& proj_bias);

@@ -1,14 +1,15 @@
 #include "llmtrain/ops/mlp.h"
 
 #include <ATen/ATen.h>
-#include <ATen/autocast_mode.h>
 
 #include <vector>
 
+#include "autocast.h"
 #include "llmtrain/config.h"
 #include "llmtrain/core/error.h"
 #include "llmtrain/ops/dispatch.h"
 #include "llmtrain/ops/gelu.h"
+#include "llmtrain/ops/linear.h"
 #if LLMTRAIN_WITH_CUDA
 #include "cuda_ops.h"
 #endif
@@ -23,16 +24,6 @@ void check_layer(const char* what, const at::Tensor& weight, const at::Tensor& b
                  "), got ", bias.sizes());
 }
 
-// ATen's autocast rule for linear, which the kernels (called outside the dispatcher) would miss: every
-// operand in the autocast dtype, weights cast once per autocast region through ATen's cache.
-std::vector<at::Tensor> autocast(std::vector<at::Tensor> ts) {
-  if (ts[0].is_cuda() && at::autocast::is_autocast_enabled(at::kCUDA)) {
-    const auto dtype = at::autocast::get_autocast_dtype(at::kCUDA);
-    for (auto& t : ts) t = at::autocast::cached_cast(dtype, t, at::kCUDA);
-  }
-  return ts;
-}
-
 }  // namespace
 
 at::Tensor mlp(const at::Tensor& x, const at::Tensor& fc_weight, const at::Tensor& fc_bias,
@@ -42,12 +33,12 @@ at::Tensor mlp(const at::Tensor& x, const at::Tensor& fc_weight, const at::Tenso
   check_layer("mlp: proj", proj_weight, proj_bias, fc_weight.size(0));
 #if LLMTRAIN_WITH_CUDA
   if (cuda_kernel_enabled("mlp")) {
-    const auto t = autocast({x, fc_weight, fc_bias, proj_weight, proj_bias});
-    if (cuda::mlp_layer_supported(t[0], t[1], t[2]) && cuda::mlp_layer_supported(t[0], t[3], t[4]))
+    const auto t = detail::autocast_like_linear({x, fc_weight, fc_bias, proj_weight, proj_bias});
+    if (cuda::linear_supported(t[0], t[1], t[2]) && cuda::linear_supported(t[0], t[3], t[4]))
       return cuda::mlp(t[0], t[1], t[2], t[3], t[4]);
   }
 #endif
-  return at::linear(ops::gelu(at::linear(x, fc_weight, fc_bias)), proj_weight, proj_bias);
+  return ops::linear(ops::gelu(ops::linear(x, fc_weight, fc_bias)), proj_weight, proj_bias);
 }
 
 }  // namespace llmtrain::ops

@@ -13,6 +13,7 @@
 #include "llmtrain/ops/embedding.h"
 #include "llmtrain/ops/gelu.h"
 #include "llmtrain/ops/layer_norm.h"
+#include "llmtrain/ops/linear.h"
 #include "llmtrain/ops/mlp.h"
 #include "test_util.h"
 
@@ -145,6 +146,17 @@ TEST(OpsMlp, IsItsFormula) {
   llmtrain::testing::expect_error([&] { ops::mlp(x, fw, fb, pw, fb); }, {"mlp: proj: bias must be (16)"});
 }
 
+TEST(OpsLinear, IsItsFormulaAndNamesBadShapes) {
+  const auto x = torch::randn({3, 5, 16}, kF64).requires_grad_();
+  const auto w = (0.3 * torch::randn({24, 16}, kF64)).requires_grad_(), b = torch::randn({24}, kF64).requires_grad_();
+  EXPECT_LT(max_abs_diff(ops::linear(x, w, b), torch::matmul(x, w.t()) + b), 1e-12);
+  EXPECT_LT(max_abs_diff(ops::linear(x, w), torch::matmul(x, w.t())), 1e-12);
+  const auto r = torch::randn({3, 5, 24}, kF64);
+  expect_gradients_match([&] { return (ops::linear(x, w, b) * r).sum(); }, {x, w, b}, {"x", "weight", "bias"});
+  llmtrain::testing::expect_error([&] { ops::linear(x, w.t(), b); }, {"linear: weight must be (out, 16)", "[16, 24]"});
+  llmtrain::testing::expect_error([&] { ops::linear(x, w, b.narrow(0, 0, 5)); }, {"linear: bias must be (24)"});
+}
+
 TEST(OpsDispatch, OneOpsKernelTurnsOffByName) {
   EXPECT_FALSE(ops::cuda_kernel_enabled("mlp"));  // off at start: slower than ATen's products
   ops::set_cuda_kernel_enabled("mlp", true);
@@ -154,7 +166,7 @@ TEST(OpsDispatch, OneOpsKernelTurnsOffByName) {
   EXPECT_EQ(ops::cuda_kernel_enabled("layer_norm"), ops::cuda_kernels_enabled());
   ops::set_cuda_kernel_enabled("gelu", true);
   ops::set_cuda_kernel_enabled("mlp", false);
-  EXPECT_EQ(ops::cuda_kernel_names().size(), 6u);
+  EXPECT_EQ(ops::cuda_kernel_names().size(), 7u);
   llmtrain::testing::expect_error([] { ops::set_cuda_kernel_enabled("softmax", false); },
                                   {"\"softmax\"", "layer_norm", "cross_entropy"});
 }

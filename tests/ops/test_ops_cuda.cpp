@@ -11,6 +11,7 @@
 #include "llmtrain/ops/dispatch.h"
 #include "llmtrain/ops/embedding.h"
 #include "llmtrain/ops/gelu.h"
+#include "llmtrain/ops/linear.h"
 #include "llmtrain/ops/mlp.h"
 #include "llmtrain/ops/layer_norm.h"
 #include "test_util.h"
@@ -23,6 +24,13 @@ constexpr int64_t kRows[] = {1, 7, 113, 1023};
 
 // Relative tolerance of a result in `dtype`, DESIGN.md's (reductions).
 double tolerance(torch::Dtype dtype) { return dtype == torch::kFloat ? 1e-5 : dtype == torch::kHalf ? 1e-3 : 1.6e-2; }
+
+// got (any device and dtype) against a float64 CPU reference, relative to the reference's largest entry.
+void expect_near(const torch::Tensor& got, const torch::Tensor& want, double tol, const std::string& what) {
+  const auto g = got.to(torch::kCPU, torch::kDouble);
+  EXPECT_TRUE(torch::allclose(g, want, tol, tol * want.abs().max().item<double>()))
+      << what << " max diff " << (g - want).abs().max().item<double>() << " of max " << want.abs().max().item<double>();
+}
 
 }  // namespace
 
@@ -369,6 +377,66 @@ TEST(OpsCrossEntropy, OverwrittenLogitsGiveTheSameGradient_CUDA) {
   llmtrain::testing::expect_error([&] { lb.backward(); }, {"backward ran twice", "overwrite_logits"});
 }
 
+TEST(OpsLinear, ProductsMatchReferenceWithContiguousWeightGrads_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf})
+    for (int64_t rows : kRows)
+      for (const auto& [in, out] : std::vector<std::pair<int64_t, int64_t>>{{16, 40}, {768, 2304}, {3072, 768}})
+        for (const bool strided : {false, true}) {
+          if (in * out > 1000000 && rows > 113) continue;  // keep the float64 reference quick
+          SCOPED_TRACE(testing::Message() << dtype << " rows " << rows << " in " << in << " out " << out
+                                          << (strided ? " strided x" : ""));
+          const auto make = [&](std::vector<int64_t> shape, double scale) {
+            return (scale * torch::randn(shape, torch::kDouble)).to(dtype);
+          };
+          // A strided x: every other column of a wider tensor (the kernels get a packed copy).
+          const auto xw = make({rows, 2 * in}, 1.0), w = make({out, in}, 1.0 / std::sqrt(double(in))),
+                     b = make({out}, 0.5), dy = make({rows, out}, 1.0);
+          const auto x = strided ? xw.slice(1, 0, 2 * in, 2) : xw.narrow(1, 0, in).contiguous();
+          const auto rx = x.to(torch::kDouble).requires_grad_(), rw = w.to(torch::kDouble).requires_grad_(),
+                     rb = b.to(torch::kDouble).requires_grad_();
+          const auto ry = ops::linear(rx, rw, rb);
+          ry.backward(dy.to(torch::kDouble));
+          const auto dxw = xw.cuda().requires_grad_();
+          const auto dx = strided ? dxw.slice(1, 0, 2 * in, 2) : dxw.narrow(1, 0, in);
+          const auto dw = w.cuda().requires_grad_(), db = b.cuda().requires_grad_();
+          const auto gy = ops::linear(dx, dw, db);
+          ASSERT_EQ(gy.scalar_type(), dtype);
+          gy.backward(dy.cuda());
+          const double tol = dtype == torch::kFloat ? 2e-5 : tolerance(dtype);
+          const auto near = [&](const torch::Tensor& got, const torch::Tensor& want, const std::string& what) {
+            expect_near(got, want, tol, what);
+          };
+          near(gy, ry.detach(), "y");
+          const auto gx = dxw.grad().slice(1, 0, 2 * in, strided ? 2 : 1).narrow(1, 0, in);
+          near(gx, rx.grad(), "dx");
+          if (!strided) EXPECT_EQ(dxw.grad().narrow(1, in, in).abs().max().item<double>(), 0.0);
+          near(dw.grad(), rw.grad(), "dweight");
+          near(db.grad(), rb.grad(), "dbias");
+          EXPECT_TRUE(dw.grad().is_contiguous());  // taken as it is by AccumulateGrad, no copy
+        }
+}
+
+TEST(OpsLinear, AutocastCastsLikeATen_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  const auto x = torch::randn({2, 37, 64}, cuda);
+  const auto w = (0.1 * torch::randn({128, 64}, cuda)).requires_grad_(), b = torch::randn({128}, cuda).requires_grad_();
+  at::autocast::set_autocast_enabled(at::kCUDA, true);
+  at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+  const auto y = ops::linear(x, w, b);
+  const auto want = at::linear(x, w, b);
+  at::autocast::set_autocast_enabled(at::kCUDA, false);
+  at::autocast::clear_cache();
+  EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(y.sizes(), (std::vector<int64_t>{2, 37, 128}));
+  EXPECT_TRUE(torch::allclose(y.to(torch::kFloat), want.to(torch::kFloat), 1.6e-2, 2e-2));
+  y.to(torch::kFloat).sum().backward();
+  ASSERT_TRUE(w.grad().defined() && b.grad().defined());
+  EXPECT_EQ(w.grad().scalar_type(), torch::kFloat);  // through the cast, to the float32 weight
+  EXPECT_TRUE(torch::allclose(b.grad(), torch::full({128}, 74.0, cuda), 1e-3, 1e-3));  // 2 x 37 rows of ones
+}
+
 namespace {
 // The fused MLP is off by default (slower than ATen's products on the H200); these tests turn it on.
 struct FusedMlpOn {
@@ -404,9 +472,7 @@ TEST(OpsMlp, FusedProductsMatchReference_CUDA) {
         // bf16/fp16: the hidden activation is rounded to the dtype between the two products.
         const double tol = dtype == torch::kFloat ? 2e-5 : tolerance(dtype);
         const auto near = [&](const torch::Tensor& got, const torch::Tensor& want, const std::string& what) {
-          const auto g = got.to(torch::kCPU, torch::kDouble);
-          EXPECT_TRUE(torch::allclose(g, want, tol, tol * want.abs().max().item<double>()))
-              << what << " max diff " << (g - want).abs().max().item<double>() << " of max " << want.abs().max().item<double>();
+          expect_near(got, want, tol, what);
         };
         near(gy, ry.detach(), "y");
         const char* names[] = {"dx", "dfc_weight", "dfc_bias", "dproj_weight", "dproj_bias"};

@@ -23,7 +23,7 @@ bool cuda_kernels_enabled();
 void set_cuda_kernel_enabled(const std::string& op, bool enabled);
 /// Whether `op`'s CUDA path is on: its own switch and the process-wide one.
 bool cuda_kernel_enabled(const std::string& op);
-/// The ops with a CUDA path of llmtrain's: embedding, layer_norm, gelu, mlp, cross_entropy, adamw.
+/// The ops with a CUDA path of llmtrain's: embedding, layer_norm, gelu, linear, mlp, cross_entropy, adamw.
 std::vector<std::string> cuda_kernel_names();
 
 }  // namespace llmtrain::ops

@@ -1,0 +1,96 @@
+// The products' glue: row-major tensors as cuBLASLt's column-major matrices (a row-major (r, c) tensor
+// is a c x r matrix), ATen's cuBLASLt handle and workspace, and the linear layer's autograd function.
+// With N rows of x (N, in) and a weight (out, in):
+//   y  (N, out) = x W^T:     D = y^T  (out x N)  = op_T(W^T stored in x out) * x^T (in x N)
+//   dx (N, in)  = dy W:      D = dx^T (in x N)   = W^T (in x out) * dy^T (out x N)
+//   dW (out, in) = dy^T x:   D = dW^T (in x out) = x^T (in x N) * op_T(dy^T stored out x N)
+// The linear layer keeps ATen's products for y (its cuBLASLt bias epilogue) and dx, on flattened,
+// packed rows, so that no strided input takes ATen's slower matmul-then-add path; dW comes with the bias
+// gradient in its epilogue (BGRADB), which saves a column-sum pass over dy.
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <torch/autograd.h>
+
+#include "cuda_ops.h"
+#include "llmtrain/core/cuda_check.h"
+#include "llmtrain/core/error.h"
+
+namespace llmtrain::ops::cuda {
+
+bool lt_matmul(int64_t m, int64_t n, int64_t k, const at::Tensor& a, int64_t lda, bool trans_a, const at::Tensor& b,
+               int64_t ldb, bool trans_b, at::Tensor& d, kernels::Epilogue epilogue, const at::Tensor& bias,
+               const at::Tensor& aux) {
+  kernels::MatmulArgs x;
+  x.m = m;
+  x.n = n;
+  x.k = k;
+  x.a = a.data_ptr();
+  x.lda = lda;
+  x.trans_a = trans_a;
+  x.b = b.data_ptr();
+  x.ldb = ldb;
+  x.trans_b = trans_b;
+  x.d = d.data_ptr();
+  x.ldd = m;
+  x.dtype = kernel_dtype(d, "linear: tensors");
+  x.epilogue = epilogue;
+  x.bias = bias.defined() ? bias.data_ptr() : nullptr;
+  x.aux = aux.defined() ? aux.data_ptr() : nullptr;
+  const cublasStatus_t status =
+      kernels::launch_matmul(at::cuda::getCurrentCUDABlasLtHandle(), x, at::cuda::getCUDABlasLtWorkspace(),
+                             at::cuda::getCUDABlasLtWorkspaceSize(), at::cuda::getCurrentCUDAStream());
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
+  LLMTRAIN_CUBLAS_CHECK(status);
+  return true;
+}
+
+void linear_weight_grads(const at::Tensor& x, const at::Tensor& dy, at::Tensor& dw, at::Tensor* db) {
+  const int64_t in = dw.size(1), out = dw.size(0), N = x.numel() / in;
+  if (db && lt_matmul(in, out, N, x, in, false, dy, out, /*trans_b=*/true, dw, kernels::Epilogue::kBGradB, *db))
+    return;
+  LLMTRAIN_CHECK(lt_matmul(in, out, N, x, in, false, dy, out, /*trans_b=*/true, dw), "linear: cuBLASLt has no ",
+                 "algorithm for the weight gradient (", out, ", ", in, ") over ", N, " rows of ", dy.scalar_type());
+  if (db) *db = dy.reshape({N, out}).sum(0);  // no BGRADB algorithm for this shape
+}
+
+namespace {
+
+struct LinearFn : torch::autograd::Function<LinearFn> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x_in,  // (..., in)
+                            const at::Tensor& w_in, const at::Tensor& b_in) {            // (out, in), (out)
+    const at::Tensor x = packed(x_in), w = packed(w_in), b = packed(b_in);
+    const int64_t in = w.size(1), out = w.size(0);
+    ctx->save_for_backward({x, w});
+    auto sizes = x.sizes().vec();
+    sizes.back() = out;
+    return at::addmm(b, x.view({-1, in}), w.t()).view(sizes);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &w = saved[1];
+    const int64_t out = w.size(0);
+    const at::Tensor dy = packed(grads[0].to(x.scalar_type()));
+    at::Tensor dx;
+    if (ctx->needs_input_grad(0)) dx = at::mm(dy.view({-1, out}), w).view(x.sizes());
+    at::Tensor dw = at::empty_like(w), db = at::empty({out}, w.options());
+    linear_weight_grads(x, dy, dw, &db);
+    return {dx, dw, db};
+  }
+};
+
+}  // namespace
+
+bool linear_supported(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  const auto t = x.scalar_type();
+  return x.is_cuda() && weight.is_cuda() && bias.is_cuda() && (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf) &&
+         weight.scalar_type() == t && bias.scalar_type() == t && x.numel() > 0 && weight.size(0) % 8 == 0 &&
+         weight.size(1) % 8 == 0;
+}
+
+at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  return LinearFn::apply(x, weight, bias);
+}
+
+}  // namespace llmtrain::ops::cuda
