@@ -1,6 +1,6 @@
 // One warp per row, 8 warps per block. Lane l holds packs l, l + 32, l + 64, ... of P elements (P = 16
 // bytes of the row's type when C is a multiple of it, else 1): kV packs, a template argument, so that the
-// row stays in registers. Backward: a warp takes 8 rows one after another, adding dweight and dbias for
+// row stays in registers. Backward: a warp takes 2 rows one after another, adding dweight and dbias for
 // its own columns in registers; the block's warps then add theirs in warp order through shared memory,
 // and the finish kernel adds the blocks' partials in a fixed order (column tiles of 32 x 32 threads, so
 // that the long sums over blocks run in parallel).
@@ -14,7 +14,7 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-constexpr int kBwdRowsPerWarp = 8;
+constexpr int kBwdRowsPerWarp = 2;
 constexpr int64_t kBwdRowsPerBlock = kWarps * kBwdRowsPerWarp;
 
 template <typename T, typename W, int P, int kV>
