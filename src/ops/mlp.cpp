@@ -2,8 +2,6 @@
 
 #include <ATen/ATen.h>
 
-#include <vector>
-
 #include "autocast.h"
 #include "llmtrain/config.h"
 #include "llmtrain/core/error.h"

@@ -25,6 +25,10 @@ constexpr int64_t kRows[] = {1, 7, 113, 1023};
 // Relative tolerance of a result in `dtype`, DESIGN.md's (reductions).
 double tolerance(torch::Dtype dtype) { return dtype == torch::kFloat ? 1e-5 : dtype == torch::kHalf ? 1e-3 : 1.6e-2; }
 
+// Of a matrix product's result: float32 is cuBLAS's float32 products against float64 (a sum over the
+// inner size); bf16/fp16 as tolerance().
+double product_tolerance(torch::Dtype dtype) { return dtype == torch::kFloat ? 2e-5 : tolerance(dtype); }
+
 // got (any device and dtype) against a float64 CPU reference, relative to the reference's largest entry.
 void expect_near(const torch::Tensor& got, const torch::Tensor& want, double tol, const std::string& what) {
   const auto g = got.to(torch::kCPU, torch::kDouble);
@@ -403,16 +407,13 @@ TEST(OpsLinear, ProductsMatchReferenceWithContiguousWeightGrads_CUDA) {
           const auto gy = ops::linear(dx, dw, db);
           ASSERT_EQ(gy.scalar_type(), dtype);
           gy.backward(dy.cuda());
-          const double tol = dtype == torch::kFloat ? 2e-5 : tolerance(dtype);
-          const auto near = [&](const torch::Tensor& got, const torch::Tensor& want, const std::string& what) {
-            expect_near(got, want, tol, what);
-          };
-          near(gy, ry.detach(), "y");
+          const double tol = product_tolerance(dtype);
+          expect_near(gy, ry.detach(), tol, "y");
           const auto gx = dxw.grad().slice(1, 0, 2 * in, strided ? 2 : 1).narrow(1, 0, in);
-          near(gx, rx.grad(), "dx");
+          expect_near(gx, rx.grad(), tol, "dx");
           if (!strided) EXPECT_EQ(dxw.grad().narrow(1, in, in).abs().max().item<double>(), 0.0);
-          near(dw.grad(), rw.grad(), "dweight");
-          near(db.grad(), rb.grad(), "dbias");
+          expect_near(dw.grad(), rw.grad(), tol, "dweight");
+          expect_near(db.grad(), rb.grad(), tol, "dbias");
           EXPECT_TRUE(dw.grad().is_contiguous());  // taken as it is by AccumulateGrad, no copy
         }
 }
@@ -468,15 +469,11 @@ TEST(OpsMlp, FusedProductsMatchReference_CUDA) {
         const auto gy = ops::mlp(dev[0], dev[1], dev[2], dev[3], dev[4]);
         ASSERT_EQ(gy.scalar_type(), dtype);
         gy.backward(dy.cuda());
-        // float32: cuBLAS's float32 products against float64 (tolerance of a sum over C or H terms);
         // bf16/fp16: the hidden activation is rounded to the dtype between the two products.
-        const double tol = dtype == torch::kFloat ? 2e-5 : tolerance(dtype);
-        const auto near = [&](const torch::Tensor& got, const torch::Tensor& want, const std::string& what) {
-          expect_near(got, want, tol, what);
-        };
-        near(gy, ry.detach(), "y");
+        const double tol = product_tolerance(dtype);
+        expect_near(gy, ry.detach(), tol, "y");
         const char* names[] = {"dx", "dfc_weight", "dfc_bias", "dproj_weight", "dproj_bias"};
-        for (size_t i = 0; i < 5; ++i) near(dev[i].grad(), ref[i].grad(), names[i]);
+        for (size_t i = 0; i < 5; ++i) expect_near(dev[i].grad(), ref[i].grad(), tol, names[i]);
 
       }
 }
