@@ -1,9 +1,9 @@
 // One warp per row, 8 warps per block. Lane l holds packs l, l + 32, l + 64, ... of P elements (P = 16
 // bytes of the row's type when C is a multiple of it, else 1): kV packs, a template argument, so that the
-// row stays in registers. Backward: a warp takes 2 rows one after another, adding dweight and dbias for
-// its own columns in registers; the block's warps then add theirs in warp order through shared memory,
-// and the finish kernel adds the blocks' partials in a fixed order (column tiles of 32 x 32 threads, so
-// that the long sums over blocks run in parallel).
+// row stays in registers. Backward: one row a warp, as forward; the block then adds its 8 rows' dweight
+// and dbias terms through shared memory in warp order, and the finish kernel adds the blocks' partials
+// in a fixed order. More rows a warp, accumulated in registers, measured slower on the H200: the
+// accumulators cost occupancy, and the block's lifetime grows (docs/DEVELOPMENT.md).
 #include <type_traits>
 
 #include "common/common.cuh"
@@ -14,8 +14,6 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-constexpr int kBwdRowsPerWarp = 2;
-constexpr int64_t kBwdRowsPerBlock = kWarps * kBwdRowsPerWarp;
 
 template <typename T, typename W, int P, int kV>
 __global__ void __launch_bounds__(kThreads)
@@ -75,20 +73,16 @@ __global__ void __launch_bounds__(kThreads)
                           const W* __restrict__ weight, const float* __restrict__ mean,
                           const float* __restrict__ rstd, int64_t N, int C, T* __restrict__ dh,
                           float* __restrict__ partial_dw, float* __restrict__ partial_db) {
-  __shared__ float acc[32 * P * kV];
+  constexpr int kCW = 32 * P * kV;  // the row as the lanes cover it
+  extern __shared__ float rows[];   // (kWarps, kCW): each warp's row of dout * hhat, then of dout
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  float dw[kV][P], db[kV][P];
-#pragma unroll
-  for (int k = 0; k < kV; ++k)
-#pragma unroll
-    for (int i = 0; i < P; ++i) dw[k][i] = db[k][i] = 0.f;
-
-  for (int r = 0; r < kBwdRowsPerWarp; ++r) {
-    const int64_t n = blockIdx.x * kBwdRowsPerBlock + r * kWarps + warp;
-    if (n >= N) break;  // the later rows of this warp lie beyond N too
+  const int64_t n = int64_t(blockIdx.x) * kWarps + warp;
+  Pack<T, P> go[kV], hv[kV];  // kept as stored (half the registers of floats for 16-bit types)
+  float mu = 0.f, rs = 0.f;
+  if (n < N) {
     const int64_t row = n * C;
-    const float mu = mean[n], rs = rstd[n];
-    Pack<T, P> go[kV], hv[kV];  // kept as stored: half the registers of floats for 16-bit types
+    mu = mean[n];
+    rs = rstd[n];
     float sum_g = 0.f, sum_gh = 0.f;
 #pragma unroll
     for (int k = 0; k < kV; ++k) {
@@ -122,58 +116,66 @@ __global__ void __launch_bounds__(kThreads)
       for (int i = 0; i < P; ++i) {
         const float g = to_float(go[k].v[i]), hat = (to_float(hv[k].v[i]) - mu) * rs;
         d[i] += rs * (g * w[i] - mean_g - hat * mean_gh);
-        dw[k][i] += g * hat;
-        db[k][i] += g;
       }
       store_floats<P>(dh + row + c, d);
     }
   }
-
-  // The block's partial sums: warp 0's, then warp 1's added, ... (a fixed order), for dw and then db.
+  // The block's partial sums over its rows, warp 0's row first (a fixed order): dweight's terms, then
+  // dbias's, from the row still in registers.
   for (int pass = 0; pass < 2; ++pass) {
-    for (int w = 0; w < kWarps; ++w) {
-      if (warp == w) {
+    float* mine = rows + warp * kCW;
 #pragma unroll
-        for (int k = 0; k < kV; ++k) {
-          const int c = (lane + 32 * k) * P;
-          if (c >= C) continue;
+    for (int k = 0; k < kV; ++k) {
+      const int c = (lane + 32 * k) * P;
+      if (c >= C) continue;
 #pragma unroll
-          for (int i = 0; i < P; ++i) acc[c + i] = (w == 0 ? 0.f : acc[c + i]) + (pass == 0 ? dw[k][i] : db[k][i]);
-        }
+      for (int i = 0; i < P; ++i) {
+        const float g = to_float(go[k].v[i]);
+        mine[c + i] = n >= N ? 0.f : pass == 0 ? g * (to_float(hv[k].v[i]) - mu) * rs : g;
       }
-      __syncthreads();
     }
+    __syncthreads();
     float* partial = pass == 0 ? partial_dw : partial_db;
-    for (int c = threadIdx.x; c < C; c += kThreads) partial[blockIdx.x * int64_t(C) + c] = acc[c];
-    __syncthreads();  // acc is rewritten by the next pass
+    for (int c = threadIdx.x; c < C; c += kThreads) {
+      float sum = 0.f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) sum += rows[w * kCW + c];
+      partial[blockIdx.x * int64_t(C) + c] = sum;
+    }
+    __syncthreads();  // rows are rewritten by the next pass
   }
 }
 
-// Block (32, 32): threadIdx.x a column of the block's 32, threadIdx.y one of 32 interleaved runs of the
-// partial rows; the 32 run sums are then added in run order.
+constexpr int kFinishCols = 8, kFinishRuns = 128;
+
+// Block (kFinishCols, kFinishRuns): threadIdx.x a column of the block's 8, threadIdx.y one of 128
+// interleaved runs of the partial rows (8 columns of 4 runs make a warp: 32-byte pieces of rows); the
+// runs' sums are then added by a fixed tree.
 template <typename W>
-__global__ void __launch_bounds__(1024)
+__global__ void __launch_bounds__(kFinishCols* kFinishRuns)
     layer_norm_bwd_finish_kernel(const float* __restrict__ partial_dw, const float* __restrict__ partial_db,
                                  int64_t blocks, int64_t C, W* __restrict__ dweight, W* __restrict__ dbias) {
-  __shared__ float sw[32][33], sb[32][33];
-  const int64_t c = blockIdx.x * 32 + threadIdx.x;
+  __shared__ float sw[kFinishRuns][kFinishCols], sb[kFinishRuns][kFinishCols];
+  const int x = threadIdx.x, y = threadIdx.y;
+  const int64_t c = blockIdx.x * kFinishCols + x;
   float a = 0.f, b = 0.f;
   if (c < C)
-    for (int64_t k = threadIdx.y; k < blocks; k += 32) {
+    for (int64_t k = y; k < blocks; k += kFinishRuns) {
       a += partial_dw[k * C + c];
       b += partial_db[k * C + c];
     }
-  sw[threadIdx.y][threadIdx.x] = a;
-  sb[threadIdx.y][threadIdx.x] = b;
-  __syncthreads();
-  if (threadIdx.y != 0 || c >= C) return;
-  float ta = 0.f, tb = 0.f;
-  for (int g = 0; g < 32; ++g) {
-    ta += sw[g][threadIdx.x];
-    tb += sb[g][threadIdx.x];
+  sw[y][x] = a;
+  sb[y][x] = b;
+  for (int half = kFinishRuns / 2; half > 0; half /= 2) {
+    __syncthreads();
+    if (y < half) {
+      sw[y][x] = a += sw[y + half][x];
+      sb[y][x] = b += sb[y + half][x];
+    }
   }
-  dweight[c] = from_float<W>(ta);
-  dbias[c] = from_float<W>(tb);
+  if (y != 0 || c >= C) return;
+  dweight[c] = from_float<W>(a);
+  dbias[c] = from_float<W>(b);
 }
 
 // Calls f with a null T* and W* of the dtypes asked for; false for a pair without a kernel.
@@ -239,7 +241,7 @@ bool layer_norm_fits(DType dtype, int64_t C) {
   return C >= 1 && (C <= 1024 || (dtype != DType::kFloat32 && C % 8 == 0 && C <= 2048));
 }
 
-int64_t layer_norm_bwd_blocks(int64_t N) { return (N + kBwdRowsPerBlock - 1) / kBwdRowsPerBlock; }
+int64_t layer_norm_bwd_blocks(int64_t N) { return (N + kWarps - 1) / kWarps; }
 
 cudaError_t launch_layer_norm_fwd(const void* x, const void* delta, const void* weight, const void* bias, DType dtype,
                                   DType wdtype, int64_t N, int64_t C, float eps, void* h, void* out, float* mean,
@@ -260,20 +262,29 @@ cudaError_t launch_layer_norm_bwd(const void* dout, const void* h, const void* d
                                   const float* mean, const float* rstd, DType dtype, DType wdtype, int64_t N,
                                   int64_t C, void* dh, float* partial_dw, float* partial_db, cudaStream_t stream) {
   const bool aligned = all_aligned({dout, h, dh_in, weight, dh});
-  return launch_typed(dtype, wdtype, N, C, aligned, [&](auto* t, auto* w, auto p, auto kv) {
+  cudaError_t setup = cudaSuccess;
+  const cudaError_t launched = launch_typed(dtype, wdtype, N, C, aligned, [&](auto* t, auto* w, auto p, auto kv) {
     using T = std::remove_pointer_t<decltype(t)>;
     using W = std::remove_pointer_t<decltype(w)>;
-    layer_norm_bwd_kernel<T, W, decltype(p)::value, decltype(kv)::value>
-        <<<layer_norm_bwd_blocks(N), kThreads, 0, stream>>>(
-            static_cast<const T*>(dout), static_cast<const T*>(h), static_cast<const T*>(dh_in),
-            static_cast<const W*>(weight), mean, rstd, N, int(C), static_cast<T*>(dh), partial_dw, partial_db);
+    constexpr int P = decltype(p)::value, kV = decltype(kv)::value;
+    const auto kernel = layer_norm_bwd_kernel<T, W, P, kV>;
+    constexpr int smem = kWarps * 32 * P * kV * int(sizeof(float));
+    if constexpr (smem > 48 * 1024) {  // wide rows: more than the default limit of shared memory
+      static const cudaError_t raised =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+      if ((setup = raised) != cudaSuccess) return;
+    }
+    kernel<<<layer_norm_bwd_blocks(N), kThreads, smem, stream>>>(
+        static_cast<const T*>(dout), static_cast<const T*>(h), static_cast<const T*>(dh_in),
+        static_cast<const W*>(weight), mean, rstd, N, int(C), static_cast<T*>(dh), partial_dw, partial_db);
   });
+  return setup != cudaSuccess ? setup : launched;
 }
 
 cudaError_t launch_layer_norm_bwd_finish(const float* partial_dw, const float* partial_db, int64_t blocks, int64_t C,
                                          DType wdtype, void* dweight, void* dbias, cudaStream_t stream) {
-  const dim3 threads(32, 32);
-  const int64_t grid = (C + 31) / 32;
+  const dim3 threads(kFinishCols, kFinishRuns);
+  const int64_t grid = (C + kFinishCols - 1) / kFinishCols;
   switch (wdtype) {
     case DType::kFloat32:
       layer_norm_bwd_finish_kernel<float><<<grid, threads, 0, stream>>>(
