@@ -5,6 +5,7 @@
 #include "llmtrain/core/cuda_check.h"
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/fs.h"
+#include "llmtrain/core/host_copy.h"
 #include "llmtrain/core/types.h"
 #include "llmtrain/data/dataloader.h"
 #include "llmtrain/data/prepare.h"

@@ -128,7 +128,10 @@ torch::Tensor MixedPrecisionOptimizer::scale_loss(const torch::Tensor& loss) con
   return o_.precision == Precision::kFP16 ? scaler_.scale(loss) : loss;
 }
 
-torch::optim::AdamW& MixedPrecisionOptimizer::adamw() { return *adamw_; }
+torch::optim::AdamW& MixedPrecisionOptimizer::adamw() {
+  finish_step();  // a queued step's count is part of the state
+  return *adamw_;
+}
 
 void MixedPrecisionOptimizer::zero_grad() {
   for (auto& p : params_) p.mutable_grad() = torch::Tensor();
@@ -143,6 +146,12 @@ void MixedPrecisionOptimizer::sync_params_from_masters() {
 }
 
 StepInfo MixedPrecisionOptimizer::step(int64_t step) {
+  queue_step(step);
+  return finish_step();
+}
+
+void MixedPrecisionOptimizer::queue_step(int64_t step) {
+  if (queued_) finish_step();  // its outcome decides this step's count
   torch::NoGradGuard no_grad;
   StepInfo info;
   info.lr = o_.schedule.at(step);
@@ -183,16 +192,28 @@ StepInfo MixedPrecisionOptimizer::step(int64_t step) {
   ops::adamw_step(masters_, grads, exp_avgs, exp_avg_sqs,
                   o_.precision == Precision::kBF16Master ? params_ : std::vector<torch::Tensor>{}, decays, h,
                   norm_scale);
-  // The step's one host synchronisation, after the update is queued: the norm for the log, and whether
-  // the device skipped the update (an inf/nan gradient).
-  info.grad_norm = norm_scale[0].item<double>();
-  info.skipped = !std::isfinite(info.grad_norm);
-  if (!info.skipped)
-    for (auto& [key, st] : adamw_->state()) static_cast<torch::optim::AdamWParamState&>(*st).step(done + 1);
-  if (o_.precision == Precision::kFP16) scaler_.update(info.skipped);
-  info.loss_scale = o_.precision == Precision::kFP16 ? scaler_.scale_value() : 1.0;
+  // The norm travels to the host behind the update: whether the device skipped it (an inf/nan gradient)
+  // is known when finish_step() reads it.
+  last_ = info;
+  norm_ = HostCopy(norm_scale.narrow(0, 0, 1));
+  queued_ = true;
   zero_grad();
-  return info;
+  if (o_.precision == Precision::kFP16) finish_step();  // the next loss's scale depends on the outcome
+}
+
+StepInfo MixedPrecisionOptimizer::finish_step() {
+  if (!queued_) return last_;
+  queued_ = false;
+  last_.grad_norm = norm_.get()[0].item<double>();
+  last_.skipped = !std::isfinite(last_.grad_norm);
+  if (!last_.skipped)
+    for (auto& [key, st] : adamw_->state()) {
+      auto& s = static_cast<torch::optim::AdamWParamState&>(*st);
+      s.step(s.step() + 1);
+    }
+  if (o_.precision == Precision::kFP16) scaler_.update(last_.skipped);
+  last_.loss_scale = o_.precision == Precision::kFP16 ? scaler_.scale_value() : 1.0;
+  return last_;
 }
 
 }  // namespace llmtrain::optim

@@ -209,3 +209,53 @@ TEST(Optimizer, EveryPrecisionModeTrainsATinyModel) {
   }
   expect_error([] { parse_precision("int8"); }, {"precision \"int8\""});
 }
+
+namespace {
+
+// Five steps of two identical models, one with step() and one with queue_step() and the finish read
+// one step late, as the Trainer does; step 2's gradient holds an inf, so that update is skipped.
+void expect_queued_steps_equal_steps(torch::Device device, Precision precision) {
+  torch::manual_seed(4);
+  torch::nn::Linear a(8, 8);
+  torch::nn::Linear b(std::dynamic_pointer_cast<torch::nn::LinearImpl>(a->clone()));
+  a->to(device);
+  b->to(device);
+  OptimizerOptions o;
+  o.precision = precision;
+  o.schedule.lr = 1e-2;
+  MixedPrecisionOptimizer opt_a(*a, o), opt_b(*b, o);
+  std::vector<StepInfo> queued;
+  for (int step = 0; step < 5; ++step) {
+    const auto x = torch::randn({4, 8}).to(device);
+    for (auto* m : {&a, &b}) {
+      (*m)->forward(x.to((*m)->weight.scalar_type())).square().sum().backward();
+      if (step == 2) (*m)->bias.mutable_grad().fill_(INFINITY);
+    }
+    const StepInfo want = opt_a.step(step);
+    if (opt_b.step_queued()) queued.push_back(opt_b.finish_step());
+    opt_b.queue_step(step);
+    EXPECT_FALSE(b->weight.grad().defined()) << "queue_step zeroes the gradients";
+    EXPECT_EQ(want.skipped, step == 2) << step;
+    if (step == 4) queued.push_back(opt_b.finish_step());
+  }
+  ASSERT_EQ(queued.size(), 5u);
+  EXPECT_TRUE(queued[2].skipped);
+  EXPECT_FALSE(opt_b.step_queued());
+  for (int step = 0; step < 5; ++step) EXPECT_EQ(queued[step].skipped, step == 2) << step;
+  EXPECT_TRUE(torch::equal(a->weight, b->weight));
+  EXPECT_TRUE(torch::equal(a->bias, b->bias));
+  for (const auto& [key, st] : opt_b.adamw().state())  // four updates counted, not five
+    EXPECT_EQ(static_cast<torch::optim::AdamWParamState&>(*st).step(), 4);
+}
+
+}  // namespace
+
+TEST(Optimizer, QueuedStepsFinishedLateEqualSteps) {
+  expect_queued_steps_equal_steps(torch::kCPU, Precision::kFP32);
+}
+
+TEST(Optimizer, QueuedStepsFinishedLateEqualSteps_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  expect_queued_steps_equal_steps(torch::kCUDA, Precision::kFP32);
+  expect_queued_steps_equal_steps(torch::kCUDA, Precision::kBF16Master);
+}

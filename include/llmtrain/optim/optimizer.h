@@ -2,8 +2,8 @@
 // (unscaled for fp16), folds the loss-scale inverse and the clipping factor into one factor, runs AdamW
 // with GPT-2's parameter groups at the scheduled learning rate (a non-finite norm makes it a no-op, and
 // fp16 backs its loss scale off), updates the loss scale and zeroes the gradients. On CUDA these are
-// the multi-tensor kernels of ops/adamw.h, and the step's only host synchronisation is reading the
-// norm after the update is queued. Precision modes: fp32; bf16 (autocast over fp32 parameters);
+// the multi-tensor kernels of ops/adamw.h, and the step's only host read is the norm, which travels
+// to the host behind the update (queue_step/finish_step let the host queue the next step meanwhile). Precision modes: fp32; bf16 (autocast over fp32 parameters);
 // fp16 (autocast with dynamic loss scaling); bf16-master (bf16 parameters, fp32 master weights and
 // AdamW state in the optimizer).
 #pragma once
@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "llmtrain/core/host_copy.h"
 #include "llmtrain/optim/schedule.h"
 
 namespace llmtrain::optim {
@@ -107,11 +108,21 @@ class MixedPrecisionOptimizer {
   torch::Tensor scale_loss(const torch::Tensor& loss) const;
   /// Unscale and check, clip, AdamW at schedule.at(step), update the scale, zero the gradients. A
   /// parameter without a gradient counts as one with a zero gradient (its weight decay still applies).
+  /// queue_step() then finish_step().
   StepInfo step(int64_t step);
+  /// The step without waiting for the device: everything is queued and the gradients are zeroed, so
+  /// the host can queue the next step's forward and backward while the device works. A step still
+  /// queued is finished first. fp16 finishes at once (the next loss's scale depends on the outcome).
+  void queue_step(int64_t step);
+  /// Waits for the queued step's norm (its one host read: by then usually long done) and does the
+  /// host's bookkeeping: the step count when the device did not skip the update, the loss scale. With
+  /// no step queued, the last step's info again.
+  StepInfo finish_step();
+  bool step_queued() const { return queued_; }
   void zero_grad();
 
   const OptimizerOptions& options() const { return o_; }
-  torch::optim::AdamW& adamw();  // for checkpoints
+  torch::optim::AdamW& adamw();  // for checkpoints (finishes a queued step)
   GradScaler& scaler() { return scaler_; }
   /// The fp32 tensors AdamW updates: the model's parameters, or their master copies (bf16-master).
   const std::vector<torch::Tensor>& master_params() const { return masters_; }
@@ -124,6 +135,9 @@ class MixedPrecisionOptimizer {
   std::vector<torch::Tensor> masters_;  // what AdamW updates (== params_ unless bf16-master)
   std::unique_ptr<torch::optim::AdamW> adamw_;
   GradScaler scaler_;
+  bool queued_ = false;
+  StepInfo last_;  // of the step queued or last finished
+  HostCopy norm_;  // the queued step's norm on its way to the host
 };
 
 }  // namespace llmtrain::optim
