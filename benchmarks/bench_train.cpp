@@ -2,12 +2,15 @@
 // the same run. Each row builds the model and the optimizer afresh, runs warm-up steps, then times
 // `--steps` whole optimizer steps (forward, backward, clipping, AdamW, the logged loss read back) on
 // random tokens. Rows:
-//   libtorch        bf16 autocast over fp32 parameters, every op on its ATen path (kernels off)
+//   libtorch        bf16 autocast over fp32 parameters, every op on its ATen path (kernels off); the
+//                   loss read after each step, as a plain LibTorch loop does
 //   libtorch-bf16w  bf16 parameters with fp32 master weights, ATen paths (kernels off)
-//   llmtrain        bf16 parameters with fp32 master weights, llmtrain's CUDA kernels on
-//   llmtrain-OP     the same with one op on ATen (--without OP): what that op's kernel is worth
-//   llmtrain+OP     the same with an op's kernel that is off by default turned on (--with OP)
-//   build/bin/bench_train --batch 16 --batch 32 --steps 20 [--without layer_norm] [--with mlp]
+//   llmtrain        bf16 parameters with fp32 master weights, llmtrain's CUDA kernels on, and the
+//                   Trainer's order: a step's loss and norm read once the next step's work is queued
+//   llmtrain-sync   the same reading each step's loss before queueing the next (--sync)
+//   llmtrain-OP     llmtrain with one op on ATen (--without OP): what that op's kernel is worth
+//   llmtrain+OP     llmtrain with an op's kernel that is off by default turned on (--with OP)
+//   build/bin/bench_train --batch 16 --batch 32 --steps 20 [--sync] [--without layer_norm] [--with mlp]
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <cuda_profiler_api.h>
 #include <llmtrain/llmtrain.h>
@@ -39,7 +42,8 @@ const std::vector<std::string>& default_ops() {
 }
 
 Row run(const std::string& name, bool kernels, llmtrain::optim::Precision precision, int64_t B, int64_t T, int steps,
-        int warmup, double peak_flops, const std::string& without = "", const std::string& with = "") {
+        int warmup, double peak_flops, const std::string& without = "", const std::string& with = "",
+        bool sync = false) {
   llmtrain::ops::set_cuda_kernels_enabled(kernels);
   for (const auto& op : llmtrain::ops::cuda_kernel_names()) {
     const bool on = std::find(default_ops().begin(), default_ops().end(), op) != default_ops().end();
@@ -57,6 +61,7 @@ Row run(const std::string& name, bool kernels, llmtrain::optim::Precision precis
   c10::cuda::CUDACachingAllocator::emptyCache();
   c10::cuda::CUDACachingAllocator::resetPeakStats(0);
   double loss = 0;
+  llmtrain::HostCopy pending_loss;
   const auto step = [&](int64_t s) {
     torch::Tensor l;
     {
@@ -64,9 +69,16 @@ Row run(const std::string& name, bool kernels, llmtrain::optim::Precision precis
       l = model->loss(inputs, targets);
     }
     l.backward();
+    if (!sync) {  // as the Trainer: the previous step's loss and norm, read once this step's work is queued
+      if (pending_loss.defined()) loss = pending_loss.get().item<double>();
+      model->check_inputs(/*wait=*/false);
+      opt.queue_step(s);
+      pending_loss = llmtrain::HostCopy(l.detach());
+      return;
+    }
     opt.step(s);
-    loss = l.item<double>();  // the logged loss, as the Trainer reads it
-    model->check_inputs();    // free once the loss is read, as in the Trainer
+    loss = l.item<double>();  // read before the next step is queued: the device waits for the host
+    model->check_inputs();
   };
   for (int s = 0; s < warmup; ++s) step(s);
   torch::cuda::synchronize();
@@ -107,6 +119,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> without, with;
   app.add_option("--without", without, "also run llmtrain with this op on ATen (repeatable; see ops/dispatch.h)");
   app.add_option("--with", with, "also run llmtrain with this default-off op's kernel on (repeatable)");
+  bool sync_row = false;
+  app.add_flag("--sync", sync_row, "also run llmtrain reading each step's loss and norm before the next is queued");
   CLI11_PARSE(app, argc, argv);
   if (batches.empty()) batches = {16, 32};
   default_ops();  // before any row switches kernels
@@ -122,11 +136,15 @@ int main(int argc, char** argv) {
     };
     for (int64_t B : batches) {
       if (wanted("libtorch"))
-        rows.push_back(run("libtorch", false, Precision::kBF16, B, T, steps, warmup, peak_tflops * 1e12));
+        rows.push_back(run("libtorch", false, Precision::kBF16, B, T, steps, warmup, peak_tflops * 1e12, "", "", true));
       if (wanted("libtorch-bf16w"))
-        rows.push_back(run("libtorch-bf16w", false, Precision::kBF16Master, B, T, steps, warmup, peak_tflops * 1e12));
+        rows.push_back(
+            run("libtorch-bf16w", false, Precision::kBF16Master, B, T, steps, warmup, peak_tflops * 1e12, "", "", true));
       if (wanted("llmtrain"))
         rows.push_back(run("llmtrain", true, Precision::kBF16Master, B, T, steps, warmup, peak_tflops * 1e12));
+      if (sync_row)
+        rows.push_back(run("llmtrain-sync", true, Precision::kBF16Master, B, T, steps, warmup, peak_tflops * 1e12, "",
+                           "", true));
       for (const auto& op : without)
         rows.push_back(run("llmtrain-" + op, true, Precision::kBF16Master, B, T, steps, warmup, peak_tflops * 1e12, op));
       for (const auto& op : with)

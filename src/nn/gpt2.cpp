@@ -217,7 +217,7 @@ torch::Tensor GPT2Impl::loss(const torch::Tensor& idx, const torch::Tensor& targ
                             /*overwrite_logits=*/true);
 }
 
-void GPT2Impl::check_inputs() { transformer->ids.raise(/*wait=*/true); }
+void GPT2Impl::check_inputs(bool wait) { transformer->ids.raise(wait); }
 
 int64_t GPT2Impl::num_parameters() const {
   int64_t n = 0;

@@ -21,10 +21,12 @@
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/fs.h"
+#include "llmtrain/core/host_copy.h"
 #include "llmtrain/data/dataloader.h"
 #include "llmtrain/data/sft.h"
 #include "llmtrain/infer/generate.h"
@@ -150,6 +152,21 @@ struct Trainer::Impl {
   bool stop_requested = false;
   struct sigaction old_int{}, old_term{};
 
+  // The CPU generator's state, and the device's when it is a GPU: what a checkpoint keeps.
+  std::vector<torch::Tensor> rng_states() const {
+    std::vector<torch::Tensor> rng = {at::globalContext().defaultGenerator(at::kCPU).get_state()};
+    if (device.is_cuda()) rng.push_back(at::globalContext().defaultGenerator(device).get_state());
+    return rng;
+  }
+  void set_rng_states(const std::vector<torch::Tensor>& rng) const {
+    const auto restore = [](at::Generator gen, const torch::Tensor& s) {  // a handle: shares the default one
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(s);
+    };
+    restore(at::globalContext().defaultGenerator(at::kCPU), rng.at(0));
+    if (device.is_cuda() && rng.size() > 1) restore(at::globalContext().defaultGenerator(device), rng[1]);
+  }
+
   std::string checkpoints_dir() const { return cfg.out_dir + "/checkpoints"; }
   std::string metrics_path() const { return cfg.out_dir + "/metrics.jsonl"; }
 
@@ -185,15 +202,14 @@ struct Trainer::Impl {
     return std::make_unique<data::DataLoader>(o);
   }
 
-  // The mean of a per-rank scalar over all ranks.
-  double mean_over_ranks(torch::Tensor v) const {
-    if (world > 1) {
-      v = v.to(torch::kDouble).contiguous();
-      comm->all_reduce_sum(v);
-      v = v / double(world);
-    }
-    return v.item<double>();
+  // The mean of a per-rank scalar over all ranks, on the device (one rank: v itself).
+  torch::Tensor mean_over_ranks_tensor(torch::Tensor v) const {
+    if (world == 1) return v;
+    v = v.to(torch::kDouble).contiguous();
+    comm->all_reduce_sum(v);
+    return v / double(world);
   }
+  double mean_over_ranks(torch::Tensor v) const { return mean_over_ranks_tensor(std::move(v)).item<double>(); }
 
   void append_metrics(const Json& record) {
     if (rank != 0) return;
@@ -338,8 +354,56 @@ int64_t Trainer::run() {
       for (torch::Tensor m : d.opt->master_params()) d.comm->broadcast(m, 0);  // a handle: same storage
   }
   d.model->train();
+  // A step's record waits for its loss and grad norm, which travel to the host behind its work: on one
+  // rank it is written once the next step's forward and backward are queued, so that the device never
+  // waits for the host between steps. Steps that evaluate, sample, checkpoint or end the run, and
+  // every step on several ranks (whose stop check synchronises anyway), are recorded at once.
+  struct Queued {
+    int64_t step;
+    HostCopy loss;  // the summed micro-step losses, averaged over ranks
+  };
+  std::optional<Queued> queued;
+  auto t_last = start;
+  const auto record = [&](bool wait_for_checks) {  // the queued step's record: metrics, progress, callback
+    const auto info = d.opt->finish_step();
+    StepRecord r;
+    r.step = queued->step;
+    r.loss = queued->loss.get().item<double>() / double(d.accum);
+    queued.reset();
+    d.model->check_inputs(wait_for_checks);  // bad token ids the recorded step's kernels saw
+    const auto now = std::chrono::steady_clock::now();
+    const double dt = std::chrono::duration<double>(now - t_last).count();
+    const double run_s = std::chrono::duration<double>(now - start).count();
+    t_last = now;
+    r.lr = info.lr;
+    r.grad_norm = info.grad_norm;
+    r.skipped = info.skipped;
+    r.tokens_per_s = double(step_tokens) / dt;
+    r.elapsed_s = d.elapsed_before + run_s;
+    if (d.peak_flops > 0) r.mfu = r.tokens_per_s * flops_per_token / (d.peak_flops * d.world);
+    Json line = {{"type", "train"}, {"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
+                 {"tokens_per_s", r.tokens_per_s}, {"elapsed_s", r.elapsed_s}};
+    if (d.peak_flops > 0) line["mfu"] = r.mfu;
+    if (r.skipped) line["skipped"] = true;
+    d.append_metrics(line);
+
+    const double eta = run_s / double(r.step - first_step) * double(c.train.max_steps - r.step);
+    char progress[192];
+    int n = std::snprintf(progress, sizeof progress, "step %lld/%lld | loss %.4f | lr %.2e | %.1fK tok/s",
+                          static_cast<long long>(r.step), static_cast<long long>(c.train.max_steps), r.loss, r.lr,
+                          r.tokens_per_s / 1e3);
+    if (d.peak_flops > 0) n += std::snprintf(progress + n, sizeof progress - n, " | MFU %.1f%%", 100 * r.mfu);
+    std::snprintf(progress + n, sizeof progress - n, " | ETA %s", format_duration(eta).c_str());
+    if (tty) std::printf("\r%-110s", progress);
+    else if (log && (r.step % print_every == 0 || r.step == c.train.max_steps)) std::printf("%s\n", progress);
+    std::fflush(stdout);
+    if (d.callback) d.callback(r);
+  };
+  const auto due = [](int64_t every, int64_t step) { return every > 0 && step % every == 0; };
   while (d.step < c.train.max_steps && !stop_now()) {
-    const auto t0 = std::chrono::steady_clock::now();
+    // Where this step starts from, should a stop asked for after the previous step drop it.
+    const data::DataLoaderState loader_before = d.train->state();
+    const std::vector<torch::Tensor> rng_before = d.rng_states();
     torch::Tensor loss_sum;
     for (int64_t micro = 0; micro < d.accum; ++micro) {
       const auto batch = d.train->next();
@@ -359,53 +423,38 @@ int64_t Trainer::run() {
         g.div_(double(d.world));
       }
     }
-    const auto info = d.opt->step(d.step);
-    StepRecord r;
-    r.loss = d.mean_over_ranks(loss_sum) / double(d.accum);  // the one host sync of the step, for the log
-    d.model->check_inputs();  // bad token ids the step's kernels saw (free: the device is done)
-    ++d.step;
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    r.step = d.step;
-    r.lr = info.lr;
-    r.grad_norm = info.grad_norm;
-    r.skipped = info.skipped;
-    r.tokens_per_s = double(step_tokens) / dt;
-    r.elapsed_s = d.elapsed_before + run_s;
-    if (d.peak_flops > 0) r.mfu = r.tokens_per_s * flops_per_token / (d.peak_flops * d.world);
-    Json line = {{"type", "train"}, {"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
-                 {"tokens_per_s", r.tokens_per_s}, {"elapsed_s", r.elapsed_s}};
-    if (d.peak_flops > 0) line["mfu"] = r.mfu;
-    if (r.skipped) line["skipped"] = true;
-    d.append_metrics(line);
+    if (queued) {
+      record(/*wait_for_checks=*/false);
+      if (g_stop || d.stop_requested) {  // asked during the previous step's record: this step is dropped
+        d.opt->zero_grad();
+        d.train->load_state(loader_before);
+        d.set_rng_states(rng_before);
+        break;
+      }
+    }
+    d.opt->queue_step(d.step);
+    queued = Queued{++d.step, HostCopy(d.mean_over_ranks_tensor(loss_sum))};
+    const bool eval_now = due(c.eval.every, d.step), sample_now = due(c.sample.every, d.step),
+               checkpoint_now = due(c.checkpoint.every, d.step);
+    if (d.world > 1 || eval_now || sample_now || checkpoint_now || d.step == c.train.max_steps)
+      record(/*wait_for_checks=*/true);
 
-    const double eta = run_s / double(d.step - first_step) * double(c.train.max_steps - d.step);
-    char progress[192];
-    int n = std::snprintf(progress, sizeof progress, "step %lld/%lld | loss %.4f | lr %.2e | %.1fK tok/s",
-                          static_cast<long long>(d.step), static_cast<long long>(c.train.max_steps), r.loss, r.lr,
-                          r.tokens_per_s / 1e3);
-    if (d.peak_flops > 0) n += std::snprintf(progress + n, sizeof progress - n, " | MFU %.1f%%", 100 * r.mfu);
-    std::snprintf(progress + n, sizeof progress - n, " | ETA %s", format_duration(eta).c_str());
-    if (tty) std::printf("\r%-110s", progress);
-    else if (log && (d.step % print_every == 0 || d.step == c.train.max_steps)) std::printf("%s\n", progress);
-    std::fflush(stdout);
-    if (d.callback) d.callback(r);
-
-    if (c.eval.every > 0 && d.step % c.eval.every == 0) {
+    if (eval_now) {
       const double v = evaluate();
       d.append_metrics({{"type", "eval"}, {"step", d.step}, {"val_loss", v}});
       if (log) std::printf("%sstep %lld: val loss %.4f\n", tty ? "\n" : "", static_cast<long long>(d.step), v);
       last_eval = d.step;
     }
-    if (c.sample.every > 0 && d.step % c.sample.every == 0) {
+    if (sample_now) {
       if (tty && last_eval != d.step) std::printf("\n");
       d.write_sample();
     }
-    if (c.checkpoint.every > 0 && d.step % c.checkpoint.every == 0) {
+    if (checkpoint_now) {
       save_checkpoint();
       last_checkpoint = d.step;
     }
   }
+  if (queued) record(/*wait_for_checks=*/true);  // the loop stopped before the next step began
   if (tty) std::printf("\n");
   const bool interrupted = d.step < c.train.max_steps;
   if (interrupted) {
@@ -437,9 +486,7 @@ void Trainer::save_checkpoint() {
   torch::save(d.model, tmp + "/model.pt");
   torch::save(d.opt->adamw(), tmp + "/optimizer.pt");
   if (d.opt->options().precision == optim::Precision::kBF16Master) torch::save(d.opt->master_params(), tmp + "/master.pt");
-  std::vector<torch::Tensor> rng = {at::globalContext().defaultGenerator(at::kCPU).get_state()};
-  if (d.device.is_cuda()) rng.push_back(at::globalContext().defaultGenerator(d.device).get_state());
-  torch::save(rng, tmp + "/rng.pt");
+  torch::save(d.rng_states(), tmp + "/rng.pt");
   const auto loader = d.train->state();
   const Json state = {{"format", kFormat},
                       {"version", kVersion},
@@ -490,12 +537,7 @@ bool Trainer::resume_if_possible() {
   load("rng.pt", [&](const std::string& p) {
     std::vector<torch::Tensor> rng;
     torch::load(rng, p);
-    const auto restore = [](at::Generator gen, const torch::Tensor& s) {  // a handle: shares the default one
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      gen.set_state(s);
-    };
-    restore(at::globalContext().defaultGenerator(at::kCPU), rng.at(0));
-    if (d.device.is_cuda() && rng.size() > 1) restore(at::globalContext().defaultGenerator(d.device), rng[1]);
+    d.set_rng_states(rng);
   });
   d.step = state["step"].get<int64_t>();
   d.elapsed_before = state["elapsed_s"].get<double>();

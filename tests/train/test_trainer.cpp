@@ -184,6 +184,29 @@ TEST(Trainer, ResumeGivesExactlyTheLossesOfAnUninterruptedRun) {
   for (size_t i = 0; i < rest.size(); ++i) EXPECT_EQ(rest[i], expected[10 + i]) << "step " << 11 + i;  // bitwise
 }
 
+// A step's record is written once the next step's forward and backward are queued; a stop asked for
+// from that record drops the queued work (its batches and random numbers given back), so the run
+// stops exactly after the recorded step and resumes as if never stopped, dropout included.
+TEST(Trainer, StopAskedBetweenCheckpointsDropsTheQueuedStepAndResumesExactly) {
+  RunFolder run;
+  const std::vector<std::string> sets = {"model.dropout=0.1", "checkpoint.every=0"};
+  Trainer full(run.config("full", sets));
+  const auto expected = run_losses(full);
+  ASSERT_EQ(expected.size(), 20u);
+  {
+    Trainer first(run.config("split", sets));
+    EXPECT_EQ(run_losses(first, 7).size(), 7u);
+    EXPECT_EQ(first.step(), 7);
+  }
+  EXPECT_TRUE(llmtrain::fs::exists(run.dir.path + "/split/checkpoints/step_00000007/state.json"));
+  Trainer second(run.config("split", sets));
+  ASSERT_TRUE(second.resume_if_possible());
+  EXPECT_EQ(second.step(), 7);
+  const auto rest = run_losses(second);
+  ASSERT_EQ(rest.size(), 13u);
+  for (size_t i = 0; i < rest.size(); ++i) EXPECT_EQ(rest[i], expected[7 + i]) << "step " << 8 + i;  // bitwise
+}
+
 TEST(Trainer, MetricsLinesParseAndCheckpointsRotate) {
   RunFolder run;
   Trainer t(run.config("m"));

@@ -129,8 +129,9 @@ class GPT2Impl : public torch::nn::Cloneable<GPT2Impl> {
   ///   auto loss = model->loss(idx, targets);  loss.backward();
   torch::Tensor loss(const torch::Tensor& idx, const torch::Tensor& targets);
   /// Throws llmtrain::Error for an id out of range that an earlier forward on a CUDA device saw,
-  /// waiting for those forwards; free right after the host has read their loss.
-  void check_inputs();
+  /// waiting for those forwards (free right after the host has read their loss); with `wait` false,
+  /// only when the device has finished checking every forward queued so far.
+  void check_inputs(bool wait = true);
 
   /// Parameters counted as Hugging Face counts them: the embedding at its vocab_size real rows.
   int64_t num_parameters() const;
