@@ -53,9 +53,13 @@ class Trainer {
   nn::GPT2& model();
   const TrainerConfig& config() const;
   int64_t grad_accum_steps() const;
-  /// Called after every step (tests and examples watch progress or stop a run through it).
+  /// Called with every step's record (tests and examples watch progress or stop a run through it). On
+  /// one rank a record is written once the next step's forward and backward are queued, so that the
+  /// device never waits for the host; steps that evaluate, sample, checkpoint or end the run, and
+  /// every step on several ranks, are recorded at once.
   void on_step(std::function<void(const StepRecord&)> callback);
-  /// Asks the run to stop after the current step, as SIGINT does.
+  /// Asks the run to stop after the step recorded last (from the callback: the step it was called
+  /// with; the queued next step is dropped, its batches and random numbers given back), as SIGINT does.
   void request_stop();
 
  private:
