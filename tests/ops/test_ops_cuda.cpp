@@ -149,6 +149,12 @@ TEST(OpsAdamW, FusedStepMatchesReference_CUDA) {
       SCOPED_TRACE(testing::Message() << grad_dtype << (bf16_params ? " with bf16 params" : ""));
       AdamWCase cpu = make_case(grad_dtype, bf16_params);
       AdamWCase gpu = cpu.to(torch::kCUDA);
+      {  // one master a float into its storage: that tensor takes the element-by-element path
+        auto& m = gpu.masters[2];
+        const auto store = torch::empty({m.numel() + 1}, m.options());
+        store.narrow(0, 1, m.numel()).copy_(m);
+        m = store.narrow(0, 1, m.numel());
+      }
       // inv_scale 1/1024 (fp16 loss scaling) and clipping at 1.0, which binds: the norm is ~600.
       const auto ns_cpu = llmtrain::ops::grad_norm_scale(cpu.grads, 1.0 / 1024, 1.0);
       const auto ns_gpu = llmtrain::ops::grad_norm_scale(gpu.grads, 1.0 / 1024, 1.0).cpu();
