@@ -401,9 +401,13 @@ int64_t Trainer::run() {
   };
   const auto due = [](int64_t every, int64_t step) { return every > 0 && step % every == 0; };
   while (d.step < c.train.max_steps && !stop_now()) {
-    // Where this step starts from, should a stop asked for after the previous step drop it.
-    const data::DataLoaderState loader_before = d.train->state();
-    const std::vector<torch::Tensor> rng_before = d.rng_states();
+    // Where this step starts from, should a stop asked for in the queued step's record drop it.
+    struct Start {
+      data::DataLoaderState loader;
+      std::vector<torch::Tensor> rng;
+    };
+    const std::optional<Start> before = queued ? std::optional<Start>(Start{d.train->state(), d.rng_states()})
+                                               : std::nullopt;
     torch::Tensor loss_sum;
     for (int64_t micro = 0; micro < d.accum; ++micro) {
       const auto batch = d.train->next();
@@ -427,8 +431,8 @@ int64_t Trainer::run() {
       record(/*wait_for_checks=*/false);
       if (g_stop || d.stop_requested) {  // asked during the previous step's record: this step is dropped
         d.opt->zero_grad();
-        d.train->load_state(loader_before);
-        d.set_rng_states(rng_before);
+        d.train->load_state(before->loader);
+        d.set_rng_states(before->rng);
         break;
       }
     }

@@ -3,9 +3,9 @@
 // with GPT-2's parameter groups at the scheduled learning rate (a non-finite norm makes it a no-op, and
 // fp16 backs its loss scale off), updates the loss scale and zeroes the gradients. On CUDA these are
 // the multi-tensor kernels of ops/adamw.h, and the step's only host read is the norm, which travels
-// to the host behind the update (queue_step/finish_step let the host queue the next step meanwhile). Precision modes: fp32; bf16 (autocast over fp32 parameters);
-// fp16 (autocast with dynamic loss scaling); bf16-master (bf16 parameters, fp32 master weights and
-// AdamW state in the optimizer).
+// to the host behind the update (queue_step/finish_step let the host queue the next step meanwhile).
+// Precision modes: fp32; bf16 (autocast over fp32 parameters); fp16 (autocast with dynamic loss
+// scaling); bf16-master (bf16 parameters, fp32 master weights and AdamW state in the optimizer).
 #pragma once
 
 #include <torch/nn/module.h>
