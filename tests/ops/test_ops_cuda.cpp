@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <array>
+#include <utility>
 
 #include "llmtrain/ops/adamw.h"
 #include "llmtrain/ops/cross_entropy.h"
@@ -92,6 +93,27 @@ TEST(OpsCrossEntropy, FusedClassifierEdgeCases_CUDA) {
   const auto t = torch::randint(64, {4}, torch::kLong).cuda();
   EXPECT_NEAR(ops::cross_entropy(cols_strided, t).item<double>(),
               ops::cross_entropy(cols_strided.contiguous(), t).item<double>(), 1e-3);
+  // Masked (-inf) logits, in whole vectors and in a row's first ones, count as probability 0; a NaN logit
+  // makes the loss NaN wherever it falls, also among a thread's vectors that are all -inf.
+  const int64_t wide = 16384;  // enough vectors a row for each thread's loads to go in groups
+  auto masked = torch::randn({4, wide}, torch::kFloat);
+  masked.index_put_({0, torch::indexing::Slice(0, wide / 2)}, -INFINITY);
+  masked.index_put_({1, torch::indexing::Slice(100, 9000)}, -INFINITY);
+  masked.index_put_({2, torch::indexing::Slice(0, 8)}, -INFINITY);
+  masked.index_put_({3, torch::indexing::Slice(0, wide - 8)}, -INFINITY);
+  const auto mt = torch::tensor({wide - 1, int64_t(50), int64_t(9), wide - 1}, torch::kLong);
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    const auto host = masked.to(dtype);
+    EXPECT_NEAR(ops::cross_entropy(host.cuda(), mt.cuda()).item<double>(),
+                ops::cross_entropy(host.to(torch::kDouble), mt).item<double>(), 1e-4)
+        << dtype;
+    for (const auto& [r, at] : {std::pair<int64_t, int64_t>{3, 3}, {1, 5000}, {0, wide / 2 + 7}}) {
+      auto with_nan = host.clone();
+      with_nan.index_put_({r, at}, NAN);
+      EXPECT_TRUE(std::isnan(ops::cross_entropy(with_nan.cuda(), mt.cuda()).item<double>()))
+          << dtype << " row " << r << " column " << at;
+    }
+  }
   // Zero rows.
   const auto empty = torch::randn({0, 64}, opts).requires_grad_();
   EXPECT_TRUE(std::isnan(ops::cross_entropy(empty, torch::zeros({0}, torch::kLong).cuda()).item<double>()));
