@@ -6,11 +6,13 @@
 //                   loss read after each step, as a plain LibTorch loop does
 //   libtorch-bf16w  bf16 parameters with fp32 master weights, ATen paths (kernels off)
 //   llmtrain        bf16 parameters with fp32 master weights, llmtrain's CUDA kernels on, and the
-//                   Trainer's order: a step's loss and norm read once the next step's work is queued
-//   llmtrain-sync   the same reading each step's loss before queueing the next (--sync)
+//                   Trainer's order: each step's forward and backward replayed as a CUDA graph
+//                   (train::GraphedStep), its loss and norm read once the next step's work is queued
+//   llmtrain-eager  the same without the graph: the forward and backward launched op by op (--eager)
+//   llmtrain-sync   eager, reading each step's loss before queueing the next (--sync)
 //   llmtrain-OP     llmtrain with one op on ATen (--without OP): what that op's kernel is worth
 //   llmtrain+OP     llmtrain with an op's kernel that is off by default turned on (--with OP)
-//   build/bin/bench_train --batch 16 --batch 32 --steps 20 [--sync] [--without layer_norm] [--with mlp]
+//   build/bin/bench_train --batch 16 --batch 32 --steps 20 [--eager] [--sync] [--without layer_norm] [--with mlp]
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <cuda_profiler_api.h>
 #include <llmtrain/llmtrain.h>
@@ -41,39 +43,53 @@ const std::vector<std::string>& default_ops() {
   return on;
 }
 
-Row run(const std::string& name, bool kernels, llmtrain::optim::Precision precision, int64_t B, int64_t T, int steps,
-        int warmup, double peak_flops, const std::string& without = "", const std::string& with = "",
-        bool sync = false) {
-  llmtrain::ops::set_cuda_kernels_enabled(kernels);
+// How a row trains.
+struct Variant {
+  std::string name;
+  bool kernels = true;  // llmtrain's CUDA kernels (false: every op on ATen)
+  llmtrain::optim::Precision precision = llmtrain::optim::Precision::kBF16Master;
+  bool sync = false;    // read each step's loss before queueing the next
+  bool graph = false;   // the forward and backward as a CUDA graph
+  std::string without, with;  // one op off, or one default-off op on
+};
+
+Row run(const Variant& v, int64_t B, int64_t T, int steps, int warmup, double peak_flops) {
+  llmtrain::ops::set_cuda_kernels_enabled(v.kernels);
   for (const auto& op : llmtrain::ops::cuda_kernel_names()) {
     const bool on = std::find(default_ops().begin(), default_ops().end(), op) != default_ops().end();
-    llmtrain::ops::set_cuda_kernel_enabled(op, (on && op != without) || op == with);
+    llmtrain::ops::set_cuda_kernel_enabled(op, (on && op != v.without) || op == v.with);
   }
   torch::manual_seed(1337);
   llmtrain::nn::GPT2 model(llmtrain::nn::GPT2Config::preset("gpt2"));
   model->to(torch::kCUDA);
   llmtrain::optim::OptimizerOptions o;
   o.schedule.lr = 6e-4;
-  o.precision = precision;
+  o.precision = v.precision;
   llmtrain::optim::MixedPrecisionOptimizer opt(*model, o);
   const auto idx = torch::randint(50257, {B, T + 1}, torch::TensorOptions().dtype(torch::kLong).device(torch::kCUDA));
   const auto inputs = idx.narrow(1, 0, T).contiguous(), targets = idx.narrow(1, 1, T).contiguous();
+  const auto micro_step = [&](const torch::Tensor& x, const torch::Tensor& y) {
+    torch::Tensor l;
+    {
+      llmtrain::optim::AutocastScope amp(torch::kCUDA, v.precision);
+      l = model->loss(x, y);
+    }
+    l.backward();
+    return l.detach();
+  };
+  std::unique_ptr<llmtrain::train::GraphedStep> graph;
+  if (v.graph) graph = std::make_unique<llmtrain::train::GraphedStep>(model->parameters(), micro_step);
   c10::cuda::CUDACachingAllocator::emptyCache();
   c10::cuda::CUDACachingAllocator::resetPeakStats(0);
   double loss = 0;
   llmtrain::HostCopy pending_loss;
   const auto step = [&](int64_t s) {
-    torch::Tensor l;
-    {
-      llmtrain::optim::AutocastScope amp(torch::kCUDA, precision);
-      l = model->loss(inputs, targets);
-    }
-    l.backward();
-    if (!sync) {  // as the Trainer: the previous step's loss and norm, read once this step's work is queued
+    const torch::Tensor l = graph ? graph->run(inputs, targets, /*first=*/true) : micro_step(inputs, targets);
+    if (!v.sync) {  // as the Trainer: the previous step's loss and norm, read once this step's work is queued
       if (pending_loss.defined()) loss = pending_loss.get().item<double>();
       model->check_inputs(/*wait=*/false);
       opt.queue_step(s);
-      pending_loss = llmtrain::HostCopy(l.detach());
+      pending_loss = llmtrain::HostCopy(l);
       return;
     }
     opt.step(s);
@@ -90,7 +106,7 @@ Row run(const std::string& name, bool kernels, llmtrain::optim::Precision precis
   const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps;
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
   Row r;
-  r.name = name;
+  r.name = v.name;
   r.batch = B;
   r.ms_per_step = sec * 1e3;
   r.tokens_per_s = double(B * T) / sec;
@@ -119,8 +135,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> without, with;
   app.add_option("--without", without, "also run llmtrain with this op on ATen (repeatable; see ops/dispatch.h)");
   app.add_option("--with", with, "also run llmtrain with this default-off op's kernel on (repeatable)");
-  bool sync_row = false;
-  app.add_flag("--sync", sync_row, "also run llmtrain reading each step's loss and norm before the next is queued");
+  bool sync_row = false, eager_row = false;
+  app.add_flag("--sync", sync_row, "also run llmtrain eagerly, reading each step's loss and norm before the next is queued");
+  app.add_flag("--eager", eager_row, "also run llmtrain without the CUDA graph");
   CLI11_PARSE(app, argc, argv);
   if (batches.empty()) batches = {16, 32};
   default_ops();  // before any row switches kernels
@@ -134,22 +151,16 @@ int main(int argc, char** argv) {
     const auto wanted = [&](const std::string& p) {
       return paths.empty() || std::find(paths.begin(), paths.end(), p) != paths.end();
     };
+    const double peak = peak_tflops * 1e12;
     for (int64_t B : batches) {
-      if (wanted("libtorch"))
-        rows.push_back(run("libtorch", false, Precision::kBF16, B, T, steps, warmup, peak_tflops * 1e12, "", "", true));
-      if (wanted("libtorch-bf16w"))
-        rows.push_back(
-            run("libtorch-bf16w", false, Precision::kBF16Master, B, T, steps, warmup, peak_tflops * 1e12, "", "", true));
-      if (wanted("llmtrain"))
-        rows.push_back(run("llmtrain", true, Precision::kBF16Master, B, T, steps, warmup, peak_tflops * 1e12));
-      if (sync_row)
-        rows.push_back(run("llmtrain-sync", true, Precision::kBF16Master, B, T, steps, warmup, peak_tflops * 1e12, "",
-                           "", true));
-      for (const auto& op : without)
-        rows.push_back(run("llmtrain-" + op, true, Precision::kBF16Master, B, T, steps, warmup, peak_tflops * 1e12, op));
-      for (const auto& op : with)
-        rows.push_back(run("llmtrain+" + op, true, Precision::kBF16Master, B, T, steps, warmup, peak_tflops * 1e12, "",
-                           op));
+      const auto add = [&](const Variant& v) { rows.push_back(run(v, B, T, steps, warmup, peak)); };
+      if (wanted("libtorch")) add({"libtorch", false, Precision::kBF16, /*sync=*/true});
+      if (wanted("libtorch-bf16w")) add({"libtorch-bf16w", false, Precision::kBF16Master, /*sync=*/true});
+      if (wanted("llmtrain")) add({"llmtrain", true, Precision::kBF16Master, false, /*graph=*/true});
+      if (eager_row) add({"llmtrain-eager", true, Precision::kBF16Master});
+      if (sync_row) add({"llmtrain-sync", true, Precision::kBF16Master, /*sync=*/true});
+      for (const auto& op : without) add({"llmtrain-" + op, true, Precision::kBF16Master, false, true, op});
+      for (const auto& op : with) add({"llmtrain+" + op, true, Precision::kBF16Master, false, true, "", op});
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_train: %s\n", e.what());

@@ -29,5 +29,6 @@
 #include "llmtrain/tokenizer/sentencepiece.h"
 #include "llmtrain/tokenizer/tokenizer.h"
 #include "llmtrain/train/config.h"
+#include "llmtrain/train/graphed_step.h"
 #include "llmtrain/train/plot.h"
 #include "llmtrain/train/trainer.h"

@@ -25,10 +25,11 @@ class BadIdRecord {
   explicit BadIdRecord(const at::Device& device);
   ~BadIdRecord();
   kernels::BadId* device_record();
-  /// Call after queueing a check on the current stream: queues the copy back and marks it.
+  /// Call after queueing a check on the current stream: queues the copy back and marks it. While the
+  /// stream is being captured into a CUDA graph, take() queues the copy instead, each time it is called.
   void queued();
   /// The bad id found by the checks queued so far, if any (then the record starts afresh). `wait`: wait
-  /// for them; otherwise only report checks that have finished.
+  /// for them; otherwise only report checks that have finished. Nothing while the stream is captured.
   std::optional<kernels::BadId> take(bool wait);
   const at::Device& device() const { return device_; }
 

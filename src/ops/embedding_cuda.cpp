@@ -21,6 +21,7 @@ struct BadIdRecord::State {
   at::Tensor dev, host;  // (4) int64 each: a kernels::BadId; host in pinned memory
   at::cuda::CUDAEvent copied;
   bool pending = false;
+  bool graphed = false;  // checks were captured into a CUDA graph: each replay may have filled the record
 };
 
 BadIdRecord::BadIdRecord(const at::Device& device) : device_(device), s_(std::make_unique<State>()) {
@@ -34,8 +35,20 @@ BadIdRecord::~BadIdRecord() = default;
 
 kernels::BadId* BadIdRecord::device_record() { return reinterpret_cast<kernels::BadId*>(s_->dev.data_ptr<int64_t>()); }
 
+namespace {
+bool capturing(const at::cuda::CUDAStream& stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  LLMTRAIN_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  return capture != cudaStreamCaptureStatusNone;
+}
+}  // namespace
+
 void BadIdRecord::queued() {
   const auto stream = at::cuda::getCurrentCUDAStream(device_.index());
+  if (capturing(stream)) {  // an event recorded in a graph cannot be waited on outside it
+    s_->graphed = true;
+    return;
+  }
   LLMTRAIN_CUDA_CHECK(cudaMemcpyAsync(s_->host.data_ptr(), s_->dev.data_ptr(), sizeof(kernels::BadId),
                                       cudaMemcpyDeviceToHost, stream));
   s_->copied.record(stream);
@@ -43,6 +56,11 @@ void BadIdRecord::queued() {
 }
 
 std::optional<kernels::BadId> BadIdRecord::take(bool wait) {
+  if (capturing(at::cuda::getCurrentCUDAStream(device_.index()))) return std::nullopt;  // no events may be read
+  if (!s_->pending && s_->graphed) {  // what the graphs' replays so far found, copied back from here
+    const c10::cuda::CUDAGuard guard(device_);
+    queued();
+  }
   if (!s_->pending) return std::nullopt;
   if (wait) s_->copied.synchronize();
   else if (!s_->copied.query()) return std::nullopt;

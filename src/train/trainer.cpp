@@ -32,6 +32,7 @@
 #include "llmtrain/infer/generate.h"
 #include "llmtrain/optim/optimizer.h"
 #include "llmtrain/tokenizer/tokenizer.h"
+#include "llmtrain/train/graphed_step.h"
 #include "llmtrain/train/plot.h"
 
 namespace llmtrain::train {
@@ -150,7 +151,19 @@ struct Trainer::Impl {
   double elapsed_before = 0;  // seconds of earlier runs (resumed)
   std::function<void(const StepRecord&)> callback;
   bool stop_requested = false;
+  std::unique_ptr<GraphedStep> graph;  // train.cuda_graph: made at the first step
   struct sigaction old_int{}, old_term{};
+
+  // A micro-step's forward and backward (its gradients added to the parameters'); its loss, detached.
+  torch::Tensor micro_step(const torch::Tensor& inputs, const torch::Tensor& targets) {
+    torch::Tensor loss;
+    {
+      optim::AutocastScope amp(device.type(), opt->options().precision);
+      loss = model->loss(inputs, targets);
+    }
+    opt->scale_loss(loss / double(accum)).backward();
+    return loss.detach();
+  }
 
   // The CPU generator's state, and the device's when it is a GPU: what a checkpoint keeps.
   std::vector<torch::Tensor> rng_states() const {
@@ -354,6 +367,10 @@ int64_t Trainer::run() {
       for (torch::Tensor m : d.opt->master_params()) d.comm->broadcast(m, 0);  // a handle: same storage
   }
   d.model->train();
+  if (!d.graph && d.device.is_cuda() && c.train.cuda_graph && d.opt->options().precision != optim::Precision::kFP16)
+    d.graph = std::make_unique<GraphedStep>(d.model->parameters(), [&d](const torch::Tensor& x, const torch::Tensor& y) {
+      return d.micro_step(x, y);  // not fp16: its loss scale changes from step to step
+    });
   // A step's record waits for its loss and grad norm, which travel to the host behind its work: on one
   // rank it is written once the next step's forward and backward are queued, so that the device never
   // waits for the host between steps. Steps that evaluate, sample, checkpoint or end the run, and
@@ -411,13 +428,9 @@ int64_t Trainer::run() {
     torch::Tensor loss_sum;
     for (int64_t micro = 0; micro < d.accum; ++micro) {
       const auto batch = d.train->next();
-      torch::Tensor loss;
-      {
-        optim::AutocastScope amp(d.device.type(), d.opt->options().precision);
-        loss = d.model->loss(batch.inputs, batch.targets);
-      }
-      d.opt->scale_loss(loss / double(d.accum)).backward();
-      loss_sum = loss_sum.defined() ? loss_sum + loss.detach() : loss.detach();
+      const torch::Tensor loss = d.graph ? d.graph->run(batch.inputs, batch.targets, /*first=*/micro == 0)
+                                         : d.micro_step(batch.inputs, batch.targets);
+      loss_sum = loss_sum.defined() ? loss_sum + loss : loss.clone();  // a graph's loss: overwritten by its next replay
     }
     if (d.world > 1) {  // the data-parallel average of the gradients, before unscaling and clipping
       for (auto& p : d.model->parameters()) {
@@ -514,6 +527,7 @@ void Trainer::save_checkpoint() {
 
 bool Trainer::resume_if_possible() {
   Impl& d = *impl_;
+  d.graph.reset();  // loading may give the parameters new storage, which a captured graph would not see
   const auto all = list_checkpoints(d.checkpoints_dir());
   if (all.empty()) return false;
   const std::string dir = all.back().second;

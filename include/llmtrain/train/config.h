@@ -47,6 +47,7 @@ struct TrainConfig {
   double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, grad_clip = 1.0;
   std::string precision = "fp32";   // fp32 | bf16 | fp16 | bf16-master
   uint64_t seed = 1337;
+  bool cuda_graph = true;           // CUDA, not fp16: each micro-step's forward and backward replayed as a graph
 };
 
 struct EvalConfig {
