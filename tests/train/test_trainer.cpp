@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "llmtrain/config.h"
 #include "llmtrain/data/shard.h"
 #include "llmtrain/dist/communicator.h"
 #include "llmtrain/train/graphed_step.h"
@@ -406,6 +407,9 @@ TEST(LossCurves, SkipCutLinesAndNonFiniteLosses) {
 }
 
 TEST(GraphedStep, RejectsInputsOffTheGPU) {
+#if !LLMTRAIN_WITH_CUDA
+  GTEST_SKIP() << "built without CUDA: GraphedStep refuses to be made";
+#endif
   auto w = torch::randn({3}, torch::requires_grad());
   llmtrain::train::GraphedStep g({w}, [&](const torch::Tensor& x, const torch::Tensor&) {
     const auto loss = (w * x).sum();
