@@ -3,8 +3,11 @@
 # set-up and build, the CUDA tests, the kernel and training benchmarks, a per-kernel profile of one
 # training step, and the GPT-2 124M reference run of ../shared/ENVIRONMENT.md. Each part writes its log
 # into LOGDIR and a line to LOGDIR/summary.txt.
-#   scripts/gpu_check.sh [LOGDIR] [PART...]   PART: build tests kernels train profile converge (default all)
-# BENCH_TRAIN_ARGS adds arguments to bench_train (e.g. "--without layer_norm --with mlp").
+#   scripts/gpu_check.sh [LOGDIR] [PART...]   PART: build tests kernels train profile converge seeds
+#                                             (default all but seeds)
+# BENCH_TRAIN_ARGS adds arguments to bench_train (e.g. "--without layer_norm --with mlp"). `seeds` runs the
+# reference once for each seed in CONVERGE_SEEDS (default "1337 1 2 3 4 5"), without checkpoints, and says
+# each one's last val loss: how far the seed alone moves it.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 log=${1:-$root/runs/gpu_check}
@@ -20,6 +23,11 @@ timed() {  # timed NAME COMMAND...: runs it into LOGDIR/NAME.log, says how it we
   say "[$name] exit $rc in $((SECONDS - t0)) s"
   return $rc
 }
+prepare() {  # the reference's shards, once
+  [ -f data/sotu/val_000000.bin ] && return 0
+  timed prepare build/bin/prepare_data --tokenizer gpt2 --vocab-dir "$LLMTRAIN_DATA_DIR/gpt2" --out data/sotu \
+    --val-files "$LLMTRAIN_DATA_DIR"/sotu/201*.txt "$LLMTRAIN_DATA_DIR"/sotu/202*.txt -- "$LLMTRAIN_DATA_DIR/sotu"
+}
 for part in $parts; do
   case $part in
     build) timed build bash scripts/setup.sh || { tail -40 "$log/build.log"; exit 1; } ;;
@@ -29,12 +37,19 @@ for part in $parts; do
     train) timed train build/bin/bench_train --steps 15 --warmup 3 ${BENCH_TRAIN_ARGS:-}; tail -12 "$log/train.log" ;;
     profile) timed profile python3 benchmarks/profile_step.py --top 45 --csv "$log/profile.csv"; head -50 "$log/profile.log" ;;
     converge)
-      timed prepare build/bin/prepare_data --tokenizer gpt2 --vocab-dir "$LLMTRAIN_DATA_DIR/gpt2" --out data/sotu \
-        --val-files "$LLMTRAIN_DATA_DIR"/sotu/201*.txt "$LLMTRAIN_DATA_DIR"/sotu/202*.txt -- "$LLMTRAIN_DATA_DIR/sotu"
+      prepare
       rm -rf runs/sotu_gpt2_124m
       timed converge build/bin/train_gpt2 --config examples/configs/sotu_gpt2_124m.json
       grep -E 'val loss|step 300/' "$log/converge.log" | tee -a "$log/summary.txt"
       cp runs/sotu_gpt2_124m/metrics.jsonl "$log/converge_metrics.jsonl" 2>/dev/null ;;
+    seeds)
+      prepare
+      for seed in ${CONVERGE_SEEDS:-1337 1 2 3 4 5}; do
+        rm -rf "runs/seed_$seed"
+        timed "seed_$seed" build/bin/train_gpt2 --config examples/configs/sotu_gpt2_124m.json --set train.seed=$seed \
+          --set checkpoint.every=0 --set out_dir=runs/seed_$seed
+        say "seed $seed: $(grep -E 'val loss' "$log/seed_$seed.log" | tail -1)"
+      done ;;
     *) say "unknown part $part"; exit 2 ;;
   esac
 done
