@@ -75,37 +75,52 @@ std::string read_file(const std::string& path) {
   return out;
 }
 
-void write_file_atomic(const std::string& path, std::string_view bytes) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  LLMTRAIN_CHECK(fd >= 0, "cannot write ", tmp, ": ", std::strerror(errno));
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp." + std::to_string(::getpid())) {
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  LLMTRAIN_CHECK(fd_ >= 0, "cannot write ", tmp_, ": ", std::strerror(errno));
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ < 0) return;  // committed
+  ::close(fd_);
+  ::unlink(tmp_.c_str());
+}
+
+void AtomicFile::write(std::string_view bytes) {
+  LLMTRAIN_CHECK(fd_ >= 0, "cannot write ", path_, ": already committed");
   size_t done = 0;
   while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    const ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      LLMTRAIN_CHECK(false, "cannot write ", tmp, ": ", std::strerror(err));
-    }
+    LLMTRAIN_CHECK(n > 0, "cannot write ", tmp_, ": ", std::strerror(errno));
     done += size_t(n);
   }
-  const bool synced = ::fsync(fd) == 0;
+}
+
+void AtomicFile::commit() {
+  LLMTRAIN_CHECK(fd_ >= 0, "cannot write ", path_, ": already committed");
+  const bool synced = ::fsync(fd_) == 0;
   const int err = errno;
-  ::close(fd);
-  if (!synced || ::rename(tmp.c_str(), path.c_str()) != 0) {
+  ::close(fd_);
+  fd_ = -1;
+  if (!synced || ::rename(tmp_.c_str(), path_.c_str()) != 0) {
     const int e = synced ? errno : err;
-    ::unlink(tmp.c_str());
-    LLMTRAIN_CHECK(false, "cannot write ", path, ": ", std::strerror(e));
+    ::unlink(tmp_.c_str());
+    LLMTRAIN_CHECK(false, "cannot write ", path_, ": ", std::strerror(e));
   }
   // The rename itself is durable once the directory is flushed.
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  const size_t slash = path_.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path_.substr(0, slash));
   if (const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
     ::fsync(dfd);
     ::close(dfd);
   }
+}
+
+void write_file_atomic(const std::string& path, std::string_view bytes) {
+  AtomicFile f(path);
+  f.write(bytes);
+  f.commit();
 }
 
 }  // namespace llmtrain::fs

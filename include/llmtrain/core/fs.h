@@ -32,4 +32,22 @@ std::string read_file(const std::string& path);
 ///   llmtrain::fs::write_file_atomic(dir + "/train_000000.bin", header_and_tokens);
 void write_file_atomic(const std::string& path, std::string_view bytes);
 
+/// write_file_atomic in pieces, for files too large to hold in memory at once: the pieces go to a
+/// temporary file beside `path`, and commit() flushes it and renames it over `path`. Destroyed without
+/// commit() (an error on the way), it removes the temporary file and leaves `path` as it was.
+///   llmtrain::fs::AtomicFile f(path);  f.write(header);  f.write(data);  f.commit();
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::string path);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  void write(std::string_view bytes);
+  void commit();
+
+ private:
+  std::string path_, tmp_;
+  int fd_ = -1;
+};
+
 }  // namespace llmtrain::fs
