@@ -13,6 +13,7 @@
 #include "llmtrain/data/shard.h"
 #include "llmtrain/dist/communicator.h"
 #include "llmtrain/infer/generate.h"
+#include "llmtrain/io/hf_gpt2.h"
 #include "llmtrain/io/safetensors.h"
 #include "llmtrain/nn/gpt2.h"
 #include "llmtrain/ops/adamw.h"
