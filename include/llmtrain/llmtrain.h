@@ -14,6 +14,7 @@
 #include "llmtrain/dist/communicator.h"
 #include "llmtrain/infer/generate.h"
 #include "llmtrain/io/hf_gpt2.h"
+#include "llmtrain/io/llmc.h"
 #include "llmtrain/io/safetensors.h"
 #include "llmtrain/nn/gpt2.h"
 #include "llmtrain/ops/adamw.h"

@@ -1,0 +1,106 @@
+// io::load_llmc_gpt2 on files written here to llm.c's layout (its header and its 16 tensors, each
+// holding all layers, in its order), float32 and bfloat16; and its errors.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "llmtrain/io/llmc.h"
+#include "test_util.h"
+
+using llmtrain::testing::expect_error;
+using llmtrain::testing::TempDir;
+
+namespace {
+
+// model's weights in llm.c's file layout; Vp rows of wte (the extra ones random, which llmtrain drops).
+std::string llmc_bytes(llmtrain::nn::GPT2& model, int32_t version, int64_t Vp) {
+  const auto& c = model->cfg;
+  const int64_t L = c.n_layer(), C = c.n_embd(), V = c.vocab_size();
+  int32_t header[256] = {};
+  header[0] = 20240326;
+  header[1] = version;
+  header[2] = int32_t(c.block_size());
+  header[3] = int32_t(V);
+  header[4] = int32_t(L);
+  header[5] = int32_t(c.n_head());
+  header[6] = int32_t(C);
+  header[7] = int32_t(Vp);
+  auto p = model->named_parameters();
+  const auto layers = [&](const std::string& name) {
+    std::vector<torch::Tensor> t;
+    for (int64_t l = 0; l < L; ++l) t.push_back(p["transformer.h." + std::to_string(l) + "." + name]);
+    return torch::stack(t);
+  };
+  const auto wte = torch::cat({p["transformer.wte.weight"].narrow(0, 0, V), torch::randn({Vp - V, C})});
+  std::vector<torch::Tensor> order = {wte, p["transformer.wpe.weight"]};
+  for (const char* n : {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
+                        "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
+                        "mlp.c_proj.weight", "mlp.c_proj.bias"})
+    order.push_back(layers(n));
+  order.push_back(p["transformer.ln_f.weight"]);
+  order.push_back(p["transformer.ln_f.bias"]);
+  std::string out(reinterpret_cast<const char*>(header), sizeof header);
+  for (const auto& t : order) {
+    const auto flat = t.detach().to(version == 3 ? torch::kFloat : torch::kBFloat16).contiguous();
+    out.append(static_cast<const char*>(flat.data_ptr()), size_t(flat.nbytes()));
+  }
+  return out;
+}
+
+std::string write(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+  return path;
+}
+
+}  // namespace
+
+TEST(LlmcCheckpoint, LoadsFloat32AndBFloat16Files) {
+  TempDir dir;
+  torch::manual_seed(5);
+  auto model = llmtrain::nn::GPT2(llmtrain::nn::GPT2Config::preset("tiny").vocab_size(1000).block_size(64));
+  for (const int32_t version : {3, 5}) {
+    SCOPED_TRACE(version);
+    const auto path = write(dir.path + "/m.bin", llmc_bytes(model, version, 1088));  // llm.c pads its own way
+    auto loaded = llmtrain::io::load_llmc_gpt2(path);
+    EXPECT_EQ(loaded->cfg.n_layer(), 2);
+    EXPECT_EQ(loaded->cfg.vocab_size(), 1000);
+    const auto want = model->named_parameters();
+    for (const auto& p : loaded->named_parameters()) {
+      auto w = want[p.key()].detach();
+      if (version == 5) w = w.to(torch::kBFloat16).to(torch::kFloat);
+      if (p.key() == "transformer.wte.weight") {
+        EXPECT_EQ(p.value().narrow(0, 1000, 24).abs().max().item<double>(), 0.0);  // padding rows zero
+        w = w.narrow(0, 0, 1000);
+      }
+      EXPECT_TRUE(torch::equal(p.value().narrow(0, 0, w.size(0)), w)) << p.key();
+    }
+    torch::NoGradGuard no_grad;
+    model->eval();
+    loaded->eval();
+    const auto ids = torch::randint(1000, {2, 9}, torch::kLong);
+    if (version == 3) EXPECT_TRUE(torch::equal(model(ids).logits, loaded(ids).logits));
+  }
+}
+
+TEST(LlmcCheckpoint, BadFilesNameTheFileAndWhatIsWrong) {
+  TempDir dir;
+  auto model = llmtrain::nn::GPT2(llmtrain::nn::GPT2Config::preset("tiny").vocab_size(1000).block_size(64));
+  const std::string good = llmc_bytes(model, 3, 1024);
+  expect_error([&] { llmtrain::io::load_llmc_gpt2(dir.path + "/none.bin"); }, {"none.bin", "no such file"});
+  expect_error([&] { llmtrain::io::load_llmc_gpt2(write(dir.path + "/s.bin", good.substr(0, 100))); },
+               {"s.bin", "shorter than the 1024-byte header"});
+  std::string b = good;
+  b[0] = 1;
+  expect_error([&] { llmtrain::io::load_llmc_gpt2(write(dir.path + "/m.bin", b)); }, {"m.bin", "magic number"});
+  b = good;
+  b[4] = 4;
+  expect_error([&] { llmtrain::io::load_llmc_gpt2(write(dir.path + "/v.bin", b)); }, {"v.bin", "version 4"});
+  expect_error([&] { llmtrain::io::load_llmc_gpt2(write(dir.path + "/t.bin", good.substr(0, good.size() - 4))); },
+               {"t.bin", "bytes; its header describes"});
+  b = good;
+  const int32_t zero = 0;
+  std::memcpy(&b[4 * 4], &zero, 4);  // n_layer 0
+  expect_error([&] { llmtrain::io::load_llmc_gpt2(write(dir.path + "/h.bin", b)); }, {"h.bin", "n_layer 0"});
+}
