@@ -13,7 +13,8 @@ int main(int argc, char** argv) {
   std::string from, config_path;
   std::vector<std::string> sets;
   bool resume = false;
-  app.add_option("--from", from, "checkpoint folder, or a run's out_dir (newest checkpoint)")->required();
+  app.add_option("--from,--init", from, "checkpoint folder, a run's out_dir (newest checkpoint), or a Hugging Face GPT-2 folder")
+      ->required();
   app.add_option("--config", config_path, "JSON config of the fine-tuning run (see examples/configs/)")->required();
   app.add_option("--set", sets, "override a key, e.g. --set train.lr=1e-5 (repeatable)");
   app.add_flag("--resume", resume, "continue the fine-tuning run from the newest checkpoint in its out_dir");

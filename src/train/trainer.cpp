@@ -30,6 +30,8 @@
 #include "llmtrain/data/dataloader.h"
 #include "llmtrain/data/sft.h"
 #include "llmtrain/infer/generate.h"
+#include "llmtrain/io/hf_gpt2.h"
+#include "llmtrain/io/llmc.h"
 #include "llmtrain/optim/optimizer.h"
 #include "llmtrain/tokenizer/tokenizer.h"
 #include "llmtrain/train/graphed_step.h"
@@ -233,7 +235,7 @@ struct Trainer::Impl {
   }
 
   void load_initial_weights(const std::string& from) {
-    nn::GPT2 src = load_checkpoint_model(from);
+    nn::GPT2 src = load_model(from);
     const Json have = model_shape(src->cfg), want = model_shape(cfg.model.gpt2());
     LLMTRAIN_CHECK(have == want, "model.init_from ", from, " holds a model of shape ", have.dump(), "; this config has ",
                    want.dump());
@@ -532,6 +534,8 @@ bool Trainer::resume_if_possible() {
   if (all.empty()) return false;
   const std::string dir = all.back().second;
   const Json state = read_state(dir);
+  LLMTRAIN_CHECK(!state.value("model_only", false), "checkpoint ", dir, " holds a model alone (converted), not a ",
+                 "run to resume: start a run from it with model.init_from or finetune_gpt2 --from");
   const Json want = model_shape(d.cfg.model.gpt2());
   for (const auto& [key, value] : want.items())
     LLMTRAIN_CHECK(state["model"].value(key, Json()) == value, "checkpoint ", dir, " holds a model with ", key, " ",
@@ -596,6 +600,65 @@ TrainerConfig load_checkpoint_config(const std::string& path) {
   return TrainerConfig::parse(read_state(dir)["config"].dump(), dir + "/state.json");
 }
 
+namespace {
+
+// A run's configuration with the model of `g` (the rest the defaults) and GPT-2's tokenizer.
+TrainerConfig config_of_model(const nn::GPT2Config& g) {
+  LLMTRAIN_CHECK(g.layer_norm_eps() == nn::GPT2Config().layer_norm_eps(), "a model with layer_norm_epsilon ",
+                 g.layer_norm_eps(), " has no llmtrain checkpoint form (its configs keep GPT-2's ",
+                 nn::GPT2Config().layer_norm_eps(), ")");
+  TrainerConfig c;
+  c.model.n_layer = g.n_layer();
+  c.model.n_head = g.n_head();
+  c.model.n_embd = g.n_embd();
+  c.model.block_size = g.block_size();
+  c.model.vocab_size = g.vocab_size();
+  c.model.dropout = g.dropout();
+  c.tokenizer.kind = "gpt2";
+  c.train.seq_len = std::min(c.train.seq_len, g.block_size());  // the default must fit the model
+  return c;
+}
+
+// The configuration a fine-tuning run starts from: a checkpoint's, or a Hugging Face folder's model.
+TrainerConfig source_config(const std::string& from) {
+  return io::is_hf_dir(from) ? config_of_model(io::hf_gpt2_config(from)) : load_checkpoint_config(from);
+}
+
+}  // namespace
+
+nn::GPT2 load_model(const std::string& path) {
+  if (io::is_hf_dir(path)) return io::load_hf_gpt2(path);
+  if (path.size() > 4 && path.compare(path.size() - 4, 4, ".bin") == 0 && !fs::exists(path + "/state.json"))
+    return io::load_llmc_gpt2(path);
+  return load_checkpoint_model(path);
+}
+
+void save_model_checkpoint(nn::GPT2& model, const std::string& dir) {
+  const TrainerConfig cfg = config_of_model(model->cfg);
+  const bool bf16 = model->parameters().front().scalar_type() == torch::kBFloat16;
+  std::string final_dir = dir;
+  while (final_dir.size() > 1 && final_dir.back() == '/') final_dir.pop_back();
+  const std::string tmp = final_dir + ".tmp." + std::to_string(::getpid());
+  fs::remove_tree(tmp);
+  fs::make_dirs(tmp);
+  try {
+    torch::save(model, tmp + "/model.pt");
+    fsync_path(tmp + "/model.pt");
+    Json config = Json::parse(cfg.to_json());
+    if (bf16) config["train"]["precision"] = "bf16-master";  // how load_checkpoint_model knows to cast
+    const Json state = {{"format", kFormat},         {"version", kVersion}, {"step", 0},
+                        {"elapsed_s", 0.0},          {"model", model_shape(model->cfg)},
+                        {"precision", config["train"]["precision"]}, {"model_only", true},
+                        {"config", config}};
+    fs::write_file_atomic(tmp + "/state.json", state.dump(2));
+  } catch (...) {
+    fs::remove_tree(tmp);
+    throw;
+  }
+  fs::remove_tree(final_dir);
+  LLMTRAIN_CHECK(::rename(tmp.c_str(), final_dir.c_str()) == 0, "cannot rename ", tmp, " to ", final_dir);
+}
+
 nn::GPT2 load_checkpoint_model(const std::string& path) {
   const std::string dir = checkpoint_dir(path);
   const auto cfg = load_checkpoint_config(dir);
@@ -607,7 +670,7 @@ nn::GPT2 load_checkpoint_model(const std::string& path) {
 
 TrainerConfig finetune_config(const std::string& from, const std::string& config_path,
                               const std::vector<std::string>& overrides) {
-  const Json base = Json::parse(load_checkpoint_config(from).to_json());
+  const Json base = Json::parse(source_config(from).to_json());
   Json doc;
   try {
     doc = Json::parse(fs::read_file(config_path));

@@ -15,6 +15,7 @@
 
 #include "llmtrain/config.h"
 #include "llmtrain/data/shard.h"
+#include "llmtrain/io/hf_gpt2.h"
 #include "llmtrain/dist/communicator.h"
 #include "llmtrain/train/graphed_step.h"
 #include "llmtrain/train/plot.h"
@@ -466,4 +467,35 @@ TEST(Trainer, CudaGraphStepsEqualEagerSteps_CUDA) {
     else
       EXPECT_NEAR(rest[i], got[5 + i], 2e-2 * std::abs(got[5 + i])) << "step " << 6 + i;
   }
+}
+
+TEST(Trainer, StartsFromHuggingFaceAndConvertedCheckpoints) {
+  RunFolder run;
+  torch::manual_seed(11);
+  llmtrain::nn::GPT2 model(llmtrain::nn::GPT2Config::preset("tiny").block_size(64));  // under the default seq_len
+  const std::string hf = run.dir.path + "/hf", native = run.dir.path + "/native";
+  llmtrain::io::save_hf_gpt2(model, hf);
+  // load_model takes either kind; the model-only checkpoint reads back equal.
+  llmtrain::train::save_model_checkpoint(model, native);
+  for (const auto& path : {hf, native}) {
+    auto back = llmtrain::train::load_model(path);
+    for (const auto& p : model->named_parameters())
+      EXPECT_TRUE(torch::equal(back->named_parameters()[p.key()], p.value())) << path << " " << p.key();
+  }
+  // A fine-tuning run from the Hugging Face folder starts from its weights, with GPT-2's tokenizer.
+  const std::string cfg_path = run.dir.path + "/ft.json";
+  std::ofstream(cfg_path) << R"({"train": {"batch_size": 4, "seq_len": 32, "max_steps": 2}, "tokenizer": {"kind": ""}})";
+  auto cfg = llmtrain::train::finetune_config(hf, cfg_path, {"data.train=" + run.dir.path + "/train_*.bin",
+                                                            "data.val=" + run.dir.path + "/val_*.bin",
+                                                            "out_dir=" + run.dir.path + "/ft", "device=cpu"});
+  EXPECT_EQ(cfg.model.init_from, hf);
+  EXPECT_EQ(cfg.model.n_embd, 64);
+  Trainer t(cfg);
+  for (const auto& p : model->named_parameters())
+    EXPECT_TRUE(torch::equal(t.model()->named_parameters()[p.key()], p.value())) << p.key();
+  // A converted checkpoint is not a run to resume.
+  llmtrain::fs::make_dirs(run.dir.path + "/resume/checkpoints");
+  llmtrain::train::save_model_checkpoint(model, run.dir.path + "/resume/checkpoints/step_00000000");
+  Trainer r(run.config("resume"));
+  expect_error([&] { r.resume_if_possible(); }, {"holds a model alone", "finetune_gpt2 --from"});
 }

@@ -16,7 +16,7 @@ struct ModelConfig {
   std::string preset = "tiny";  // a GPT2Config preset; the fields below override it when set (> 0)
   int64_t n_layer = 0, n_head = 0, n_embd = 0, block_size = 0, vocab_size = 0;
   double dropout = 0.0;
-  std::string init_from;  // a checkpoint folder or run out_dir whose weights start the run (fine-tuning)
+  std::string init_from;  // weights that start the run (fine-tuning): a checkpoint, run out_dir, Hugging Face folder or llm.c .bin
   nn::GPT2Config gpt2() const;
 };
 

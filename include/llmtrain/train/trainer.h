@@ -72,13 +72,23 @@ class Trainer {
 ///   auto model = llmtrain::train::load_checkpoint_model("runs/sotu_gpt2_124m");
 nn::GPT2 load_checkpoint_model(const std::string& path);
 
+/// The model at `path`, whatever its kind: a Hugging Face folder (io::load_hf_gpt2), an llm.c model
+/// file ending in .bin (io::load_llmc_gpt2), or a checkpoint as for load_checkpoint_model.
+///   auto model = llmtrain::train::load_model("gpt2");  // a save_pretrained folder
+nn::GPT2 load_model(const std::string& path);
+
+/// Writes `model` alone (no optimizer state: a run starts from it, it does not resume) as a checkpoint
+/// folder that load_checkpoint_model, model.init_from and finetune_gpt2 --from read, with GPT-2's
+/// tokenizer in its config. Written beside `dir` and renamed into place.
+void save_model_checkpoint(nn::GPT2& model, const std::string& dir);
+
 /// The configuration a checkpoint was trained with; `path` as for load_checkpoint_model.
 TrainerConfig load_checkpoint_config(const std::string& path);
 
 /// The configuration of a fine-tuning run: the JSON file `config_path` (data, tokenizer, train, eval,
-/// ... of the new run) with the model of checkpoint `from` (its shape; the file may set only
-/// model.dropout) and model.init_from = `from`; the tokenizer section is the checkpoint's unless the
-/// file has one; then `overrides`. Throws llmtrain::Error naming the file or key at fault.
+/// ... of the new run) with the model of `from`, a checkpoint or a Hugging Face folder (its shape; the
+/// file may set only model.dropout) and model.init_from = `from`; the tokenizer section is the
+/// checkpoint's (GPT-2's for a Hugging Face folder) unless the file has one; then `overrides`. Throws llmtrain::Error naming the file or key at fault.
 ///   auto cfg = llmtrain::train::finetune_config("runs/base", "examples/configs/finetune_sft.json", {});
 TrainerConfig finetune_config(const std::string& from, const std::string& config_path,
                               const std::vector<std::string>& overrides = {});

@@ -1,0 +1,35 @@
+// convert_checkpoint: a GPT-2 model from one checkpoint format to another.
+//   build/bin/convert_checkpoint --from hf gpt2/ --to native runs/gpt2_base
+//   build/bin/convert_checkpoint --from llmc gpt2_124M.bin --to hf exported/
+//   build/bin/convert_checkpoint --from native runs/sotu_gpt2_124m --to hf exported/
+// native: an llmtrain checkpoint folder or a run's out_dir (newest checkpoint) in; a model-only
+// checkpoint out, which finetune_gpt2 --from and model.init_from read. hf: a Hugging Face folder
+// (config.json, model.safetensors). llmc: an llm.c model file (in only).
+#include <CLI/CLI.hpp>
+#include <llmtrain/llmtrain.h>
+
+#include <cstdio>
+
+int main(int argc, char** argv) {
+  CLI::App app{"Convert a GPT-2 checkpoint between llmtrain, Hugging Face and llm.c formats"};
+  std::vector<std::string> from, to;
+  app.add_option("--from", from, "FORMAT IN: native | hf | llmc, and the path")->required()->expected(2);
+  app.add_option("--to", to, "FORMAT OUT: native | hf, and the path")->required()->expected(2);
+  CLI11_PARSE(app, argc, argv);
+  try {
+    llmtrain::nn::GPT2 model{nullptr};
+    if (from[0] == "native") model = llmtrain::train::load_checkpoint_model(from[1]);
+    else if (from[0] == "hf") model = llmtrain::io::load_hf_gpt2(from[1]);
+    else if (from[0] == "llmc") model = llmtrain::io::load_llmc_gpt2(from[1]);
+    else throw llmtrain::Error("--from " + from[0] + ": expected native, hf or llmc");
+    if (to[0] == "native") llmtrain::train::save_model_checkpoint(model, to[1]);
+    else if (to[0] == "hf") llmtrain::io::save_hf_gpt2(model, to[1]);
+    else throw llmtrain::Error("--to " + to[0] + ": expected native or hf");
+    std::printf("%s %s -> %s %s (%.1fM parameters)\n", from[0].c_str(), from[1].c_str(), to[0].c_str(),
+                to[1].c_str(), double(model->num_parameters()) / 1e6);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "convert_checkpoint: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
