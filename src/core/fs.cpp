@@ -117,6 +117,23 @@ void AtomicFile::commit() {
   }
 }
 
+void write_dir_atomic(const std::string& dir, const std::function<void(const std::string& tmp)>& fill) {
+  std::string final_dir = dir;
+  while (final_dir.size() > 1 && final_dir.back() == '/') final_dir.pop_back();
+  const std::string tmp = final_dir + ".tmp." + std::to_string(::getpid());
+  remove_tree(tmp);
+  make_dirs(tmp);
+  try {
+    fill(tmp);
+  } catch (...) {
+    remove_tree(tmp);
+    throw;
+  }
+  remove_tree(final_dir);
+  LLMTRAIN_CHECK(::rename(tmp.c_str(), final_dir.c_str()) == 0, "cannot rename ", tmp, " to ", final_dir, ": ",
+                 std::strerror(errno));
+}
+
 void write_file_atomic(const std::string& path, std::string_view bytes) {
   AtomicFile f(path);
   f.write(bytes);

@@ -3,7 +3,6 @@
 #include "llmtrain/io/hf_gpt2.h"
 
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include <map>
 #include <memory>
@@ -198,20 +197,10 @@ void save_hf_gpt2(nn::GPT2& model, const std::string& dir) {
                        {"tie_word_embeddings", true},
                        {"torch_dtype", dtype == torch::kBFloat16 ? "bfloat16" : dtype == torch::kHalf ? "float16"
                                                                                                         : "float32"}};
-  std::string parent = dir;
-  while (parent.size() > 1 && parent.back() == '/') parent.pop_back();
-  const std::string tmp = parent + ".tmp." + std::to_string(::getpid());
-  fs::remove_tree(tmp);
-  fs::make_dirs(tmp);
-  try {
+  fs::write_dir_atomic(dir, [&](const std::string& tmp) {
     save_safetensors(tmp + "/model.safetensors", tensors, {{"format", "pt"}});
     fs::write_file_atomic(tmp + "/config.json", config.dump(2) + "\n");
-  } catch (...) {
-    fs::remove_tree(tmp);
-    throw;
-  }
-  fs::remove_tree(parent);
-  LLMTRAIN_CHECK(::rename(tmp.c_str(), parent.c_str()) == 0, "cannot rename ", tmp, " to ", parent);
+  });
 }
 
 }  // namespace llmtrain::io

@@ -636,12 +636,7 @@ nn::GPT2 load_model(const std::string& path) {
 void save_model_checkpoint(nn::GPT2& model, const std::string& dir) {
   const TrainerConfig cfg = config_of_model(model->cfg);
   const bool bf16 = model->parameters().front().scalar_type() == torch::kBFloat16;
-  std::string final_dir = dir;
-  while (final_dir.size() > 1 && final_dir.back() == '/') final_dir.pop_back();
-  const std::string tmp = final_dir + ".tmp." + std::to_string(::getpid());
-  fs::remove_tree(tmp);
-  fs::make_dirs(tmp);
-  try {
+  fs::write_dir_atomic(dir, [&](const std::string& tmp) {
     torch::save(model, tmp + "/model.pt");
     fsync_path(tmp + "/model.pt");
     Json config = Json::parse(cfg.to_json());
@@ -651,12 +646,7 @@ void save_model_checkpoint(nn::GPT2& model, const std::string& dir) {
                         {"precision", config["train"]["precision"]}, {"model_only", true},
                         {"config", config}};
     fs::write_file_atomic(tmp + "/state.json", state.dump(2));
-  } catch (...) {
-    fs::remove_tree(tmp);
-    throw;
-  }
-  fs::remove_tree(final_dir);
-  LLMTRAIN_CHECK(::rename(tmp.c_str(), final_dir.c_str()) == 0, "cannot rename ", tmp, " to ", final_dir);
+  });
 }
 
 nn::GPT2 load_checkpoint_model(const std::string& path) {

@@ -3,6 +3,7 @@
 // binds to depends on its toolchain's link order (remove_all jumped to address 0 on Ubuntu 24.04).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -31,6 +32,11 @@ std::string read_file(const std::string& path);
 /// a temporary file beside it, are flushed to disk, and the file is renamed over `path`.
 ///   llmtrain::fs::write_file_atomic(dir + "/train_000000.bin", header_and_tokens);
 void write_file_atomic(const std::string& path, std::string_view bytes);
+
+/// Fills a folder in `fill(tmp)`, a fresh folder beside `dir`, then renames it over `dir` (replacing
+/// what was there), so that a crash or an error in `fill` never leaves a half-written folder at `dir`.
+///   llmtrain::fs::write_dir_atomic(out, [&](const std::string& tmp) { save(tmp + "/model.pt"); });
+void write_dir_atomic(const std::string& dir, const std::function<void(const std::string& tmp)>& fill);
 
 /// write_file_atomic in pieces, for files too large to hold in memory at once: the pieces go to a
 /// temporary file beside `path`, and commit() flushes it and renames it over `path`. Destroyed without
