@@ -17,18 +17,15 @@ namespace {
 
 using Json = nlohmann::json;
 
-// Hugging Face's Conv1D layers: weights stored (in, out).
-bool conv1d(const std::string& name) {
-  for (const char* s : {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"}) {
-    const std::string suffix = s;
-    if (name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
-      return true;
-  }
-  return false;
-}
-
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Hugging Face's Conv1D layers: weights stored (in, out).
+bool conv1d(const std::string& name) {
+  for (const char* s : {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"})
+    if (ends_with(name, s)) return true;
+  return false;
 }
 
 Json read_json(const std::string& path) {

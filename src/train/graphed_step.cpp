@@ -94,15 +94,6 @@ GraphedStep::GraphedStep(std::vector<torch::Tensor> params, Body body) : impl_(s
 
 GraphedStep::~GraphedStep() = default;
 
-bool GraphedStep::captured(bool first) const {
-#if LLMTRAIN_WITH_CUDA
-  return impl_->graphs[first ? 0 : 1].graph != nullptr;
-#else
-  (void)first;
-  return false;
-#endif
-}
-
 torch::Tensor GraphedStep::run(const torch::Tensor& inputs, const torch::Tensor& targets, bool first) {
 #if LLMTRAIN_WITH_CUDA
   Impl& d = *impl_;

@@ -619,17 +619,19 @@ TrainerConfig config_of_model(const nn::GPT2Config& g) {
   return c;
 }
 
-// The configuration a fine-tuning run starts from: a checkpoint's, or a Hugging Face folder's model.
+// The configuration a fine-tuning run starts from: a checkpoint's, or the model of a Hugging Face folder
+// or an llm.c file.
 TrainerConfig source_config(const std::string& from) {
-  return io::is_hf_dir(from) ? config_of_model(io::hf_gpt2_config(from)) : load_checkpoint_config(from);
+  if (io::is_hf_dir(from)) return config_of_model(io::hf_gpt2_config(from));
+  if (io::is_llmc_file(from)) return config_of_model(io::llmc_gpt2_config(from));
+  return load_checkpoint_config(from);
 }
 
 }  // namespace
 
 nn::GPT2 load_model(const std::string& path) {
   if (io::is_hf_dir(path)) return io::load_hf_gpt2(path);
-  if (path.size() > 4 && path.compare(path.size() - 4, 4, ".bin") == 0 && !fs::exists(path + "/state.json"))
-    return io::load_llmc_gpt2(path);
+  if (io::is_llmc_file(path)) return io::load_llmc_gpt2(path);
   return load_checkpoint_model(path);
 }
 

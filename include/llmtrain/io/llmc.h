@@ -12,6 +12,12 @@
 
 namespace llmtrain::io {
 
+/// True when `path` is a file (not a folder) whose name ends in .bin: what load_model takes for llm.c's.
+bool is_llmc_file(const std::string& path);
+
+/// The model shape an llm.c model file's header describes (the header alone is read); errors as below.
+nn::GPT2Config llmc_gpt2_config(const std::string& path);
+
 /// A float32 GPT-2 with the weights of an llm.c model file. Throws llmtrain::Error naming the file for
 /// a bad magic number or version, a header out of range, or a size that does not match the header.
 ///   nn::GPT2 model = llmtrain::io::load_llmc_gpt2("gpt2_124M.bin");

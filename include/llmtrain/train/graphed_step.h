@@ -34,8 +34,6 @@ class GraphedStep {
   /// the micro-step writes it; otherwise the micro-step adds to the gradients the previous one left.
   /// The loss returned is overwritten by the next replay of the same graph: use it before then.
   torch::Tensor run(const torch::Tensor& inputs, const torch::Tensor& targets, bool first);
-  /// Whether the graph for first (or later) micro-steps has been captured.
-  bool captured(bool first) const;
 
  private:
   struct Impl;
