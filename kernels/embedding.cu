@@ -28,22 +28,25 @@ __device__ __forceinline__ void record_bad(BadId* bad, int64_t tag, int64_t posi
 template <typename T, int P>
 __global__ void __launch_bounds__(kThreads)
     embedding_fwd_kernel(const int64_t* __restrict__ idx, const T* __restrict__ wte, const T* __restrict__ wpe,
-                         int64_t N, int64_t S, int64_t C, int64_t num_ids, T* __restrict__ out, BadId* bad,
-                         int64_t tag) {
+                         const int64_t* __restrict__ start, int64_t positions, int64_t N, int64_t S, int64_t C,
+                         int64_t num_ids, T* __restrict__ out, BadId* bad, int64_t tag) {
   const int64_t per_row = C / P;
   const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   if (i >= N * per_row) return;
   const int64_t n = i / per_row, c = (i % per_row) * P;
-  const int64_t id = idx[n];
+  const int64_t id = idx[n], at = (start ? start[n / S] : 0) + n % S;
   float o[P];
-  if (id < 0 || id >= num_ids) {
+  if (at < 0 || at >= positions) {  // the caller's offsets are wrong: NaN, never a read outside wpe
+#pragma unroll
+    for (int k = 0; k < P; ++k) o[k] = NAN;
+  } else if (id < 0 || id >= num_ids) {
 #pragma unroll
     for (int k = 0; k < P; ++k) o[k] = NAN;
     if (c == 0) record_bad(bad, tag, n, id);
   } else {
     float a[P], b[P];
     load_floats<P>(wte + id * C + c, a);
-    load_floats<P>(wpe + (n % S) * C + c, b);
+    load_floats<P>(wpe + at * C + c, b);
 #pragma unroll
     for (int k = 0; k < P; ++k) o[k] = a[k] + b[k];
   }
@@ -161,16 +164,17 @@ int64_t blocks_for(int64_t threads) { return (threads + kThreads - 1) / kThreads
 
 }  // namespace
 
-cudaError_t launch_embedding_fwd(const int64_t* idx, const void* wte, const void* wpe, DType dtype, int64_t N,
-                                 int64_t T, int64_t C, int64_t num_ids, void* out, BadId* bad, int64_t tag,
-                                 cudaStream_t stream) {
+cudaError_t launch_embedding_fwd(const int64_t* idx, const void* wte, const void* wpe, const int64_t* start,
+                                 int64_t positions, DType dtype, int64_t N, int64_t T, int64_t C, int64_t num_ids,
+                                 void* out, BadId* bad, int64_t tag, cudaStream_t stream) {
   if (N == 0) return cudaSuccess;
   if (T < 1 || C < 1) return cudaErrorInvalidValue;
   return dispatch(dtype, C, {wte, wpe, out}, [&](auto* t, auto p) {
     using E = std::remove_pointer_t<decltype(t)>;
     constexpr int P = decltype(p)::value;
     embedding_fwd_kernel<E, P><<<blocks_for(N * (C / P)), kThreads, 0, stream>>>(
-        idx, static_cast<const E*>(wte), static_cast<const E*>(wpe), N, T, C, num_ids, static_cast<E*>(out), bad, tag);
+        idx, static_cast<const E*>(wte), static_cast<const E*>(wpe), start, positions, N, T, C, num_ids,
+        static_cast<E*>(out), bad, tag);
   });
 }
 

@@ -23,10 +23,12 @@ struct BadId {
   int64_t value;
 };
 
-/// out[n] = wte[idx[n]] + wpe[n % T] for the N = B * T tokens (rows of C elements of `dtype`); an id
-/// outside [0, num_ids) gives a NaN row and is recorded into `bad` with `tag`.
-cudaError_t launch_embedding_fwd(const int64_t* idx,              // (N)
-                                 const void* wte, const void* wpe,  // (>= num_ids, C), (>= T, C)
+/// out[n] = wte[idx[n]] + wpe[start[b] + t] for the N = B * T tokens n = b * T + t (rows of C elements
+/// of `dtype`; start null: all 0); an id outside [0, num_ids) gives a NaN row and is recorded into `bad`
+/// with `tag`; a position outside wpe's `positions` rows gives a NaN row.
+cudaError_t launch_embedding_fwd(const int64_t* idx,                          // (N)
+                                 const void* wte, const void* wpe,              // (>= num_ids, C), (positions, C)
+                                 const int64_t* start, int64_t positions,       // (B) or null
                                  DType dtype, int64_t N, int64_t T, int64_t C, int64_t num_ids,
                                  void* out,                         // (N, C)
                                  BadId* bad, int64_t tag, cudaStream_t stream);

@@ -1,8 +1,14 @@
 #include "llmtrain/ops/attention.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
+#include "llmtrain/config.h"
 #include "llmtrain/core/error.h"
+#include "llmtrain/ops/dispatch.h"
+#if LLMTRAIN_WITH_CUDA
+#include "cuda_ops.h"
+#endif
 
 namespace llmtrain::ops {
 
@@ -14,6 +20,43 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   LLMTRAIN_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, "attention: dropout_p must be in [0, 1), got ",
                  dropout_p);
   return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout_p, /*is_causal=*/true);
+}
+
+at::Tensor decode_attention(const at::Tensor& qkv, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                            const at::Tensor& positions) {
+  LLMTRAIN_CHECK(k_cache.dim() == 4 && v_cache.sizes() == k_cache.sizes(),
+                 "decode_attention: k_cache and v_cache must be one (B, H, S, D) shape, got ", k_cache.sizes(),
+                 " and ", v_cache.sizes());
+  const int64_t B = k_cache.size(0), H = k_cache.size(1), S = k_cache.size(2), D = k_cache.size(3), C = H * D;
+  LLMTRAIN_CHECK(qkv.dim() == 2 && qkv.size(0) == B && qkv.size(1) == 3 * C, "decode_attention: qkv must be (", B,
+                 ", ", 3 * C, ") for caches ", k_cache.sizes(), ", got ", qkv.sizes());
+  LLMTRAIN_CHECK(positions.dim() == 1 && positions.size(0) == B && positions.scalar_type() == at::kLong,
+                 "decode_attention: positions must be (", B, ") int64, got ", positions.sizes(), " ",
+                 positions.scalar_type());
+  LLMTRAIN_CHECK(qkv.scalar_type() == k_cache.scalar_type() && v_cache.scalar_type() == k_cache.scalar_type(),
+                 "decode_attention: qkv (", qkv.scalar_type(), ") and the caches (", k_cache.scalar_type(), ", ",
+                 v_cache.scalar_type(), ") must share a dtype");
+  LLMTRAIN_CHECK(qkv.device() == k_cache.device() && v_cache.device() == k_cache.device() &&
+                     positions.device() == k_cache.device(),
+                 "decode_attention: qkv, caches and positions must be on one device, got ", qkv.device(), ", ",
+                 k_cache.device(), ", ", v_cache.device(), " and ", positions.device());
+  LLMTRAIN_CHECK(!at::GradMode::is_enabled() || !qkv.requires_grad(),
+                 "decode_attention has no backward; call it under torch::NoGradGuard");
+#if LLMTRAIN_WITH_CUDA
+  if (cuda_kernel_enabled("decode_attention") && cuda::decode_attention_supported(qkv, k_cache, v_cache))
+    return cuda::decode_attention(qkv, k_cache, v_cache, positions);
+#endif
+  if (!positions.is_cuda() && B > 0) {
+    const int64_t lo = positions.min().item<int64_t>(), hi = positions.max().item<int64_t>();
+    LLMTRAIN_CHECK(lo >= 0 && hi < S, "decode_attention: positions must lie in [0, ", S,
+                   "), the cache's length; they span [", lo, ", ", hi, "]");
+  }
+  const auto heads = [&](int64_t part) { return qkv.narrow(1, part * C, C).view({B, H, 1, D}); };
+  const at::Tensor at_pos = positions.view({B, 1, 1, 1}).expand({B, H, 1, D});
+  k_cache.scatter_(2, at_pos, heads(1));
+  v_cache.scatter_(2, at_pos, heads(2));
+  const at::Tensor mask = at::arange(S, positions.options()).view({1, S}).le(positions.view({B, 1}));  // (B, S)
+  return at::scaled_dot_product_attention(heads(0), k_cache, v_cache, mask.view({B, 1, 1, S})).view({B, C});
 }
 
 }  // namespace llmtrain::ops

@@ -71,6 +71,10 @@ at::Tensor gelu(const at::Tensor& x);
 bool lt_matmul(int64_t m, int64_t n, int64_t k, const at::Tensor& a, int64_t lda, bool trans_a, const at::Tensor& b,
                int64_t ldb, bool trans_b, at::Tensor& d, kernels::Epilogue epilogue = kernels::Epilogue::kNone,
                const at::Tensor& bias = {}, const at::Tensor& aux = {});
+/// y (..., out) = x W^T + b for packed x (..., in), W (out, in), b (out), with `epilogue` kBias or
+/// kGeluAuxBias (then y = gelu of it, the pre-activation into aux); false when cuBLASLt has no algorithm.
+bool forward_product(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, kernels::Epilogue epilogue,
+                     at::Tensor& y, const at::Tensor& aux = {});
 /// dw (out, in) = dy^T x for packed x (N, in) and dy (N, out); with db, dy's column sums too (out), in
 /// the product's epilogue where cuBLASLt has one for the shape.
 void linear_weight_grads(const at::Tensor& x, const at::Tensor& dy, at::Tensor& dw, at::Tensor* db);
@@ -87,12 +91,20 @@ at::Tensor mlp(const at::Tensor& x, const at::Tensor& fc_weight, const at::Tenso
 /// True when the embedding kernels take these: CUDA tensors, wte and wpe of one dtype (float32, bf16,
 /// fp16), idx int64.
 bool embedding_supported(const at::Tensor& idx, const at::Tensor& wte, const at::Tensor& wpe);
-/// ops::embedding on the kernels (an autograd function); bad ids go into `record` with `tag`.
-at::Tensor embedding(const at::Tensor& idx, const at::Tensor& wte, const at::Tensor& wpe, int64_t num_ids,
-                     BadIdRecord& record, int64_t tag);
+/// ops::embedding on the kernels (an autograd function; no backward with `start`); bad ids go into
+/// `record` with `tag`.
+at::Tensor embedding(const at::Tensor& idx, const at::Tensor& wte, const at::Tensor& wpe, const at::Tensor& start,
+                     int64_t num_ids, BadIdRecord& record, int64_t tag);
 /// The device side of ops::IdCheck for CUDA ids: queues the check of `ids` into `record`.
 void check_ids(const at::Tensor& ids, int64_t num_ids, std::optional<int64_t> ignore_index, BadIdRecord& record,
                int64_t tag);
+
+/// True when the decode-attention kernel takes these: CUDA tensors of float32, bf16 or fp16, contiguous
+/// caches with heads the kernel fits (kernels::decode_attention_fits), qkv rows 16-byte aligned.
+bool decode_attention_supported(const at::Tensor& qkv, const at::Tensor& k_cache, const at::Tensor& v_cache);
+/// ops::decode_attention on the kernel (arguments already checked for shapes, dtypes and devices).
+at::Tensor decode_attention(const at::Tensor& qkv, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                            const at::Tensor& positions);
 
 /// ops::grad_norm_scale and ops::adamw_step on the multi-tensor kernels (arguments already checked for
 /// counts, shapes and devices; contiguity and dtypes are checked here).

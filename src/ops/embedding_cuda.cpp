@@ -91,12 +91,15 @@ namespace {
 struct EmbeddingFn : torch::autograd::Function<EmbeddingFn> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& idx_in,  // (B, T) int64
                             const at::Tensor& wte_in, const at::Tensor& wpe_in,              // (V, C), (>= T, C)
+                            const at::Tensor* start_in,  // (B) int64, or null; not a tensor argument: no gradient
                             int64_t num_ids, BadIdRecord* record, int64_t tag) {
     const at::Tensor idx = idx_in.contiguous(), wte = packed(wte_in), wpe = packed(wpe_in);
+    const at::Tensor start = start_in ? start_in->contiguous() : at::Tensor();
     const int64_t B = idx.size(0), T = idx.size(1), C = wte.size(1);
     at::Tensor out = at::empty({B, T, C}, wte.options());  // (B, T, C)
     LLMTRAIN_CUDA_CHECK(kernels::launch_embedding_fwd(idx.data_ptr<int64_t>(), wte.data_ptr(), wpe.data_ptr(),
-                                                      kernel_dtype(wte, "embedding: wte"), B * T, T, C, num_ids,
+                                                      start.defined() ? start.data_ptr<int64_t>() : nullptr,
+                                                      wpe.size(0), kernel_dtype(wte, "embedding: wte"), B * T, T, C, num_ids,
                                                       out.data_ptr(), record->device_record(), tag,
                                                       at::cuda::getCurrentCUDAStream()));
     record->queued();
@@ -122,7 +125,7 @@ struct EmbeddingFn : torch::autograd::Function<EmbeddingFn> {
         dout.data_ptr(), sorted.data_ptr<int64_t>(), order.data_ptr<int64_t>(), kernel_dtype(dout, "embedding: grad"),
         N, T, C, rows, head.data_ptr<float>(), tail.data_ptr<float>(), dwte.data_ptr(), dwpe.data_ptr(),
         at::cuda::getCurrentCUDAStream()));
-    return {at::Tensor(), dwte, dwpe, at::Tensor(), at::Tensor(), at::Tensor()};
+    return {at::Tensor(), dwte, dwpe, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -134,9 +137,9 @@ bool embedding_supported(const at::Tensor& idx, const at::Tensor& wte, const at:
          (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf) && wpe.scalar_type() == t;
 }
 
-at::Tensor embedding(const at::Tensor& idx, const at::Tensor& wte, const at::Tensor& wpe, int64_t num_ids,
-                     BadIdRecord& record, int64_t tag) {
-  return EmbeddingFn::apply(idx, wte, wpe, num_ids, &record, tag);
+at::Tensor embedding(const at::Tensor& idx, const at::Tensor& wte, const at::Tensor& wpe, const at::Tensor& start,
+                     int64_t num_ids, BadIdRecord& record, int64_t tag) {
+  return EmbeddingFn::apply(idx, wte, wpe, start.defined() ? &start : nullptr, num_ids, &record, tag);
 }
 
 }  // namespace llmtrain::ops::cuda

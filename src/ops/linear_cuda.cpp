@@ -4,7 +4,7 @@
 //   y  (N, out) = x W^T:     D = y^T  (out x N)  = op_T(W^T stored in x out) * x^T (in x N)
 //   dx (N, in)  = dy W:      D = dx^T (in x N)   = W^T (in x out) * dy^T (out x N)
 //   dW (out, in) = dy^T x:   D = dW^T (in x out) = x^T (in x N) * op_T(dy^T stored out x N)
-// The linear layer keeps ATen's products for y (its cuBLASLt bias epilogue) and dx, on flattened,
+// The linear layer keeps ATen's products for y (its cuBLASLt bias epilogue) and dx when training, on flattened,
 // packed rows, so that no strided input takes ATen's slower matmul-then-add path; dW comes with the bias
 // gradient in its epilogue (BGRADB), which saves a column-sum pass over dy.
 #include <ATen/ATen.h>
@@ -53,6 +53,15 @@ void linear_weight_grads(const at::Tensor& x, const at::Tensor& dy, at::Tensor& 
   if (db) *db = dy.reshape({N, out}).sum(0);  // no BGRADB algorithm for this shape
 }
 
+bool forward_product(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, kernels::Epilogue epilogue,
+                     at::Tensor& y, const at::Tensor& aux) {
+  const int64_t in = w.size(1), out = w.size(0), N = x.numel() / in;
+  auto sizes = x.sizes().vec();
+  sizes.back() = out;
+  y = at::empty(sizes, x.options());
+  return lt_matmul(out, N, in, w, in, /*trans_a=*/true, x, in, false, y, epilogue, b, aux);
+}
+
 namespace {
 
 struct LinearFn : torch::autograd::Function<LinearFn> {
@@ -90,6 +99,12 @@ bool linear_supported(const at::Tensor& x, const at::Tensor& weight, const at::T
 }
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  // Without a gradient to keep (generation), the bias add is cuBLASLt's epilogue at every row count:
+  // ATen's addmm adds it in a pass of its own for a single row, the decode step's shape at batch 1.
+  if (!at::GradMode::is_enabled() || !(x.requires_grad() || weight.requires_grad() || bias.requires_grad())) {
+    at::Tensor y;
+    if (forward_product(packed(x), packed(weight), packed(bias), kernels::Epilogue::kBias, y)) return y;
+  }
   return LinearFn::apply(x, weight, bias);
 }
 

@@ -1,6 +1,7 @@
 #include "llmtrain/ops/mlp.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include "autocast.h"
 #include "llmtrain/config.h"
@@ -30,7 +31,12 @@ at::Tensor mlp(const at::Tensor& x, const at::Tensor& fc_weight, const at::Tenso
   check_layer("mlp: fc", fc_weight, fc_bias, x.size(-1));
   check_layer("mlp: proj", proj_weight, proj_bias, fc_weight.size(0));
 #if LLMTRAIN_WITH_CUDA
-  if (cuda_kernel_enabled("mlp")) {
+  // Without a gradient (generation) the fused forward pays: GELU in the first product's epilogue. Its
+  // backward is what makes the op slower than ATen's when training, hence "mlp" off by default.
+  const bool no_grad = !at::GradMode::is_enabled() || !(x.requires_grad() || fc_weight.requires_grad() ||
+                                                         fc_bias.requires_grad() || proj_weight.requires_grad() ||
+                                                         proj_bias.requires_grad());
+  if (cuda_kernel_enabled("mlp") || (no_grad && cuda_kernel_enabled("linear"))) {
     const auto t = detail::autocast_like_linear({x, fc_weight, fc_bias, proj_weight, proj_bias});
     if (cuda::linear_supported(t[0], t[1], t[2]) && cuda::linear_supported(t[0], t[3], t[4]))
       return cuda::mlp(t[0], t[1], t[2], t[3], t[4]);

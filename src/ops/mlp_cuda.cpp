@@ -20,13 +20,12 @@ void matmul(int64_t m, int64_t n, int64_t k, const at::Tensor& a, int64_t lda, b
 }
 
 // x (N, in) -> y (N, out) = x W^T + b, or with kGeluAuxBias gelu of it, the pre-activation into aux.
-at::Tensor forward_product(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, Epilogue epilogue,
-                           const at::Tensor& aux = {}) {
-  const int64_t in = w.size(1), out = w.size(0), N = x.numel() / in;
-  auto sizes = x.sizes().vec();
-  sizes.back() = out;
-  at::Tensor y = at::empty(sizes, x.options());
-  matmul(out, N, in, w, in, /*trans_a=*/true, x, in, false, y, epilogue, b, aux);
+at::Tensor product(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, Epilogue epilogue,
+                   const at::Tensor& aux = {}) {
+  at::Tensor y;
+  LLMTRAIN_CHECK(forward_product(x, w, b, epilogue, y, aux), "mlp: cuBLASLt has no algorithm for a ", w.size(0),
+                 " x ", x.numel() / w.size(1), " x ", w.size(1), " product of ", x.scalar_type(), " with epilogue ",
+                 int(epilogue));
   return y;
 }
 
@@ -51,9 +50,9 @@ struct MlpFn : torch::autograd::Function<MlpFn> {
     auto sizes = x.sizes().vec();
     sizes.back() = fw.size(0);
     at::Tensor h = at::empty(sizes, x.options());                   // (..., H) pre-activation
-    const at::Tensor g = forward_product(x, fw, fb, Epilogue::kGeluAuxBias, h);  // (..., H)
+    const at::Tensor g = product(x, fw, fb, Epilogue::kGeluAuxBias, h);  // (..., H)
     ctx->save_for_backward({x, fw, pw, h, g});
-    return forward_product(g, pw, pb, Epilogue::kBias);
+    return product(g, pw, pb, Epilogue::kBias);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,

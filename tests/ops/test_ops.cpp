@@ -133,6 +133,23 @@ TEST(OpsEmbedding, IsTheTokenRowPlusThePositionRow) {
                                   {"sequence length 5", "4 positions"});
 }
 
+TEST(OpsEmbedding, StartOffsetsEachRowsPositions) {
+  const auto wte = torch::randn({11, 6}, kF64), wpe = torch::randn({9, 6}, kF64);
+  const auto idx = torch::randint(10, {3, 2}, torch::kLong);
+  const auto start = torch::tensor({0, 4, 7}, torch::kLong);
+  ops::IdCheck ids("test");
+  const auto x = ops::embedding(idx, wte, wpe, 10, ids, start);
+  for (int64_t b = 0; b < 3; ++b)
+    for (int64_t t = 0; t < 2; ++t)
+      EXPECT_LT(max_abs_diff(x[b][t], wte[idx[b][t].item<int64_t>()] + wpe[start[b].item<int64_t>() + t]), 1e-15);
+  llmtrain::testing::expect_error([&] { ops::embedding(idx, wte, wpe, 10, ids, torch::tensor({0, 4, 8})); },
+                                  {"start puts positions outside wpe's [0, 9)"});
+  llmtrain::testing::expect_error([&] { ops::embedding(idx, wte, wpe, 10, ids, torch::tensor({0, 4})); },
+                                  {"start must be (3) int64"});
+  const auto trainable = wte.clone().requires_grad_();
+  llmtrain::testing::expect_error([&] { ops::embedding(idx, trainable, wpe, 10, ids, start); }, {"no backward"});
+}
+
 TEST(OpsMlp, IsItsFormula) {
   const auto x = torch::randn({3, 5, 16}, kF64).requires_grad_();
   const auto fw = (0.3 * torch::randn({24, 16}, kF64)).requires_grad_(), fb = torch::randn({24}, kF64).requires_grad_();
@@ -166,7 +183,7 @@ TEST(OpsDispatch, OneOpsKernelTurnsOffByName) {
   EXPECT_EQ(ops::cuda_kernel_enabled("layer_norm"), ops::cuda_kernels_enabled());
   ops::set_cuda_kernel_enabled("gelu", true);
   ops::set_cuda_kernel_enabled("mlp", false);
-  EXPECT_EQ(ops::cuda_kernel_names().size(), 7u);
+  EXPECT_EQ(ops::cuda_kernel_names().size(), 8u);
   llmtrain::testing::expect_error([] { ops::set_cuda_kernel_enabled("softmax", false); },
                                   {"\"softmax\"", "layer_norm", "cross_entropy"});
 }
@@ -246,6 +263,38 @@ TEST(OpsAttention, RejectsBadShapes) {
   EXPECT_THROW(ops::attention(q.flatten(0, 1), q.flatten(0, 1), q.flatten(0, 1)), llmtrain::Error);
   EXPECT_THROW(ops::attention(q, torch::randn({1, 2, 6, 4}), q), llmtrain::Error);
   EXPECT_THROW(ops::attention(q, q, q, 1.0), llmtrain::Error);
+}
+
+TEST(OpsDecodeAttention, AppendsToTheCacheAndAttendsToTheRowsPrefix) {
+  const int64_t B = 3, H = 2, S = 10, D = 4, C = H * D;
+  const auto qkv = torch::randn({B, 3 * C}, kF64);
+  const auto k0 = torch::randn({B, H, S, D}, kF64), v0 = torch::randn({B, H, S, D}, kF64);
+  auto kc = k0.clone(), vc = v0.clone();
+  const std::vector<int64_t> pos = {0, 5, 9};
+  const auto y = ops::decode_attention(qkv, kc, vc, torch::tensor(pos, torch::kLong));
+  ASSERT_EQ(y.sizes(), (std::vector<int64_t>{B, C}));
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t p = pos[size_t(b)];
+    for (int64_t h = 0; h < H; ++h) {
+      const auto head = [&](int64_t part) { return qkv[b].narrow(0, part * C + h * D, D); };
+      auto want_k = k0[b][h].clone(), want_v = v0[b][h].clone();
+      want_k[p] = head(1);
+      want_v[p] = head(2);
+      EXPECT_TRUE(torch::equal(kc[b][h], want_k)) << b << ", " << h;  // only position p written
+      EXPECT_TRUE(torch::equal(vc[b][h], want_v)) << b << ", " << h;
+      const auto w = torch::softmax(torch::mv(want_k.narrow(0, 0, p + 1), head(0)) / std::sqrt(double(D)), 0);
+      EXPECT_LT(max_abs_diff(y[b].narrow(0, h * D, D), torch::mv(want_v.narrow(0, 0, p + 1).t(), w)), 1e-12);
+    }
+  }
+  llmtrain::testing::expect_error([&] { ops::decode_attention(qkv, kc, vc, torch::tensor({0, 10, 2})); },
+                                  {"positions must lie in [0, 10)", "[0, 10]"});
+  llmtrain::testing::expect_error([&] { ops::decode_attention(qkv.narrow(1, 0, C), kc, vc, torch::tensor(pos)); },
+                                  {"qkv must be (3, 24)"});
+  llmtrain::testing::expect_error([&] { ops::decode_attention(qkv.to(torch::kFloat), kc, vc, torch::tensor(pos)); },
+                                  {"must share a dtype"});
+  const auto trainable = qkv.clone().requires_grad_();
+  llmtrain::testing::expect_error([&] { ops::decode_attention(trainable, kc, vc, torch::tensor(pos)); },
+                                  {"no backward"});
 }
 
 TEST(OpsAdamW, ReferenceStepEqualsLibTorchAdamW) {

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "llmtrain/ops/adamw.h"
+#include "llmtrain/ops/attention.h"
 #include "llmtrain/ops/cross_entropy.h"
 #include "llmtrain/ops/dispatch.h"
 #include "llmtrain/ops/embedding.h"
@@ -371,6 +372,63 @@ TEST(OpsEmbedding, KernelsMatchReferenceAndAreReproducible_CUDA) {
       EXPECT_TRUE(torch::equal(dwte[0], dwte[1])) << "dwte differs between two runs";
       EXPECT_NO_THROW(ids.raise());
     }
+}
+
+TEST(OpsEmbedding, StartOffsetsMatchReferenceAndBadOnesGiveNaN_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  torch::NoGradGuard no_grad;
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    const auto wte = torch::randn({50, 64}).to(dtype), wpe = torch::randn({20, 64}).to(dtype);
+    const auto idx = torch::randint(50, {4, 3}, torch::kLong);
+    const auto start = torch::tensor({0, 9, 17, 18}, torch::kLong);  // row 3 runs past wpe's 20 rows
+    ops::IdCheck ids, cpu_ids;
+    const auto got = ops::embedding(idx.cuda(), wte.cuda(), wpe.cuda(), 50, ids, start.cuda()).cpu();
+    const auto want = ops::embedding(idx.narrow(0, 0, 3), wte, wpe, 50, cpu_ids, start.narrow(0, 0, 3));
+    EXPECT_TRUE(torch::equal(got.narrow(0, 0, 3), want)) << dtype;
+    EXPECT_TRUE(got[3][0].isfinite().all().item<bool>() && got[3][1].isfinite().all().item<bool>());
+    EXPECT_TRUE(got[3][2].isnan().all().item<bool>()) << "position 20 of 20 rows";
+  }
+}
+
+TEST(OpsDecodeAttention, KernelMatchesReference_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  torch::NoGradGuard no_grad;
+  struct Case {
+    torch::Dtype dtype;
+    int64_t B, H, S, D;
+  };
+  for (const auto& c : std::vector<Case>{{torch::kBFloat16, 1, 12, 1024, 64},
+                                         {torch::kBFloat16, 5, 3, 37, 64},
+                                         {torch::kBFloat16, 2, 2, 300, 128},
+                                         {torch::kHalf, 3, 4, 129, 32},
+                                         {torch::kFloat, 4, 12, 513, 64},
+                                         {torch::kFloat, 2, 5, 1, 16}}) {
+    SCOPED_TRACE(testing::Message() << c.dtype << " B " << c.B << " H " << c.H << " S " << c.S << " D " << c.D);
+    const int64_t C = c.H * c.D;
+    // qkv rows 8 elements apart beyond 3C: strided, as a slice of a wider product would be.
+    const auto wide = torch::randn({c.B, 3 * C + 8}, torch::kDouble).to(c.dtype);
+    const auto qkv = wide.narrow(1, 0, 3 * C);
+    const auto k0 = torch::randn({c.B, c.H, c.S, c.D}, torch::kDouble).to(c.dtype);
+    const auto v0 = torch::randn({c.B, c.H, c.S, c.D}, torch::kDouble).to(c.dtype);
+    auto pos = torch::randint(c.S, {c.B}, torch::kLong);
+    pos[0] = c.S - 1;
+    if (c.B > 1) pos[1] = 0;
+    auto kr = k0.to(torch::kDouble), vr = v0.to(torch::kDouble);
+    const auto want = ops::decode_attention(qkv.to(torch::kDouble), kr, vr, pos);
+    auto kg = k0.cuda(), vg = v0.cuda();
+    const auto got = ops::decode_attention(qkv.cuda(), kg, vg, pos.cuda());
+    expect_near(got, want, tolerance(c.dtype), "out");
+    EXPECT_TRUE(torch::equal(kg.cpu(), kr.to(c.dtype))) << "k cache";
+    EXPECT_TRUE(torch::equal(vg.cpu(), vr.to(c.dtype))) << "v cache";
+  }
+  // A position outside the cache: its row is NaN and nothing is written.
+  const auto qkv = torch::randn({2, 3 * 128}).to(torch::kBFloat16).cuda();
+  auto k = torch::zeros({2, 2, 16, 64}, qkv.options()), v = torch::zeros_like(k);
+  const auto out = ops::decode_attention(qkv, k, v, torch::tensor({3, 16}, torch::kLong).cuda()).cpu();
+  EXPECT_TRUE(out[0].isfinite().all().item<bool>());
+  EXPECT_TRUE(out[1].isnan().all().item<bool>());
+  EXPECT_EQ(k[1].count_nonzero().item<int64_t>(), 0);
+  EXPECT_GT(k[0].count_nonzero().item<int64_t>(), 0);
 }
 
 TEST(OpsEmbedding, BadIdsAreReportedLaterNeverRead_CUDA) {

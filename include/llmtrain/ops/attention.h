@@ -1,4 +1,5 @@
-// Causal scaled-dot-product self-attention over heads, the core of CausalSelfAttention.
+// Causal scaled-dot-product self-attention over heads, the core of CausalSelfAttention: over a whole
+// sequence (training, and the prompt when generating), and one decoding step against a KV cache.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -12,5 +13,16 @@ at::Tensor attention(const at::Tensor& q,  // (B, H, T, D)
                      const at::Tensor& k,  // (B, H, T, D)
                      const at::Tensor& v,  // (B, H, T, D)
                      double dropout_p = 0.0);
+
+/// One decoding step, a new token per row at a position of its own: row b's key and value (from qkv,
+/// c_attn's output [q | k | v] with heads of D = C / H) are written into the caches at positions[b],
+/// and its query attends to the row's positions 0..positions[b]. Returns (B, C). Inference only (no
+/// backward). Positions must lie in [0, S): checked on the CPU; on CUDA, where checking would make the
+/// host wait, a row outside gets NaN from the kernel (the caller keeps them in range).
+///   auto y = llmtrain::ops::decode_attention(qkv, cache_k, cache_v, positions);
+at::Tensor decode_attention(const at::Tensor& qkv,        // (B, 3C)
+                            const at::Tensor& k_cache,    // (B, H, S, D), written at positions
+                            const at::Tensor& v_cache,    // (B, H, S, D), written at positions
+                            const at::Tensor& positions);  // (B) int64
 
 }  // namespace llmtrain::ops

@@ -41,20 +41,25 @@ class IdCheck {
   struct Impl;
 
  private:
-  friend at::Tensor embedding(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t, IdCheck&);
+  friend at::Tensor embedding(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t, IdCheck&,
+                              const at::Tensor&);
   cuda::BadIdRecord& record_on(const at::Device& device);  // CUDA builds: the record for that device
   std::string owner_;
   std::unique_ptr<Impl> impl_;
 };
 
-/// x[b, t] = wte[idx[b, t]] + wpe[t]: (B, T, C) in the dtype of wte (and wpe), for int64 ids (B, T) with
-/// T <= wpe's rows. Each id must lie in [0, num_ids) (num_ids <= wte's rows: a padded vocabulary's
-/// extra rows are not ids): on the CPU a bad id throws llmtrain::Error at once; on CUDA the kernel
-/// gives its row NaN and `check` reports it (IdCheck::raise). On CUDA the backward is deterministic.
+/// x[b, t] = wte[idx[b, t]] + wpe[start[b] + t]: (B, T, C) in the dtype of wte (and wpe), for int64 ids
+/// (B, T); `start` (B) int64 offsets the positions of each row (undefined: 0), as decoding token by
+/// token needs. Each id must lie in [0, num_ids) (num_ids <= wte's rows: a padded vocabulary's extra
+/// rows are not ids): on the CPU a bad id throws llmtrain::Error at once; on CUDA the kernel gives its
+/// row NaN and `check` reports it (IdCheck::raise). Positions must lie within wpe's rows: checked on
+/// the CPU, a NaN row on CUDA. On CUDA the backward is deterministic; with `start` there is none
+/// (inference: call it under torch::NoGradGuard).
 ///   auto x = llmtrain::ops::embedding(idx, wte, wpe, 50257, ids);
 at::Tensor embedding(const at::Tensor& idx,  // (B, T) int64
                      const at::Tensor& wte,  // (V, C)
                      const at::Tensor& wpe,  // (>= T, C)
-                     int64_t num_ids, IdCheck& check);
+                     int64_t num_ids, IdCheck& check,
+                     const at::Tensor& start = {});  // (B) int64
 
 }  // namespace llmtrain::ops

@@ -1,0 +1,166 @@
+// A block of 8 warps per (head, row). A head's row of D elements is L lanes' 16-byte packs, so a warp
+// holds 32 / L positions at once and the block 8 * 32 / L; each thread walks its positions two at a time
+// (their loads issued together), keeping a running maximum, sum and weighted value sum for its pack.
+// The new token's key and value are read from the projection, not from the cache the block writes them
+// to, so no thread reads what another writes. The partial softmaxes are merged across a warp's
+// positions by shuffles, then across warps in a fixed order through shared memory.
+#include <cmath>
+#include <type_traits>
+
+#include "common/common.cuh"
+#include "decode_attention.cuh"
+
+namespace llmtrain::kernels {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+
+// exp2(m - m_new), the weight of a partial result whose maximum was m; none (0) for an empty one.
+__device__ __forceinline__ float rescale(float m, float m_new) { return m == -INFINITY ? 0.f : exp2f(m - m_new); }
+
+template <typename T, int L>
+__global__ void __launch_bounds__(kThreads)
+    decode_attention_kernel(const T* __restrict__ qkv, int64_t qkv_stride, T* k_cache, T* v_cache,
+                            const int64_t* __restrict__ pos, int H, int64_t S, float scale_log2, T* __restrict__ out) {
+  constexpr int P = 16 / sizeof(T), D = L * P, G = 32 / L, kStep = kWarps * G;
+  const int h = blockIdx.x;
+  const int64_t b = blockIdx.y, C = int64_t(H) * D;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, sub = lane % L, slot = lane / L;
+  const T* q_row = qkv + b * qkv_stride + h * D;  // this head's q; its new k at + C, v at + 2 C
+  const T* k_new = q_row + C;
+  const T* v_new = q_row + 2 * C;
+  T* o = out + b * C + h * D;
+  const int64_t p = pos[b];
+  if (p < 0 || p >= S) {
+    if (threadIdx.x < L) {
+      float nan[P];
+#pragma unroll
+      for (int i = 0; i < P; ++i) nan[i] = NAN;
+      store_floats<P>(o + threadIdx.x * P, nan);
+    }
+    return;
+  }
+  const int64_t head = (b * H + h) * S * D;
+  if (threadIdx.x < L) {
+    const int c = threadIdx.x * P;
+    *reinterpret_cast<Vec<T>*>(k_cache + head + p * D + c) = *reinterpret_cast<const Vec<T>*>(k_new + c);
+    *reinterpret_cast<Vec<T>*>(v_cache + head + p * D + c) = *reinterpret_cast<const Vec<T>*>(v_new + c);
+  }
+  const T* K = k_cache + head;
+  const T* V = v_cache + head;
+
+  float q[P];
+  load_floats<P>(q_row + sub * P, q);
+#pragma unroll
+  for (int i = 0; i < P; ++i) q[i] *= scale_log2;  // scores in log2 units, for exp2
+  float m = -INFINITY, l = 0.f, acc[P] = {};
+  const auto take = [&](float s, const float (&v)[P]) {
+    const float m_new = fmaxf(m, s), c = exp2f(m - m_new), e = exp2f(s - m_new);
+    l = l * c + e;
+#pragma unroll
+    for (int i = 0; i < P; ++i) acc[i] = acc[i] * c + e * v[i];
+    m = m_new;
+  };
+  // base is the same for the whole warp, so every lane runs every iteration (the shuffles need them).
+  for (int64_t base = int64_t(warp) * G; base <= p; base += 2 * kStep) {
+    const int64_t t0 = base + slot, t1 = t0 + kStep;
+    const bool ok0 = t0 <= p, ok1 = t1 <= p;
+    float k0[P] = {}, v0[P] = {}, k1[P] = {}, v1[P] = {};
+    if (ok0) {
+      load_floats<P>((t0 == p ? k_new : K + t0 * D) + sub * P, k0);
+      load_floats<P>((t0 == p ? v_new : V + t0 * D) + sub * P, v0);
+    }
+    if (ok1) {
+      load_floats<P>((t1 == p ? k_new : K + t1 * D) + sub * P, k1);
+      load_floats<P>((t1 == p ? v_new : V + t1 * D) + sub * P, v1);
+    }
+    float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+      s0 += q[i] * k0[i];
+      s1 += q[i] * k1[i];
+    }
+#pragma unroll
+    for (int off = L / 2; off > 0; off >>= 1) {  // within the L lanes of a position
+      s0 += __shfl_xor_sync(0xffffffffu, s0, off);
+      s1 += __shfl_xor_sync(0xffffffffu, s1, off);
+    }
+    if (ok0) take(s0, v0);
+    if (ok1) take(s1, v1);
+  }
+  // Merge the warp's positions: lanes of one pack (equal sub) across slots.
+#pragma unroll
+  for (int off = L; off < 32; off <<= 1) {
+    const float m_o = __shfl_xor_sync(0xffffffffu, m, off), l_o = __shfl_xor_sync(0xffffffffu, l, off);
+    const float m_new = fmaxf(m, m_o), c = rescale(m, m_new), c_o = rescale(m_o, m_new);
+    l = l * c + l_o * c_o;
+#pragma unroll
+    for (int i = 0; i < P; ++i) acc[i] = acc[i] * c + __shfl_xor_sync(0xffffffffu, acc[i], off) * c_o;
+    m = m_new;
+  }
+  __shared__ float s_m[kWarps], s_l[kWarps], s_acc[kWarps][L][P];
+  if (slot == 0) {
+    if (sub == 0) {
+      s_m[warp] = m;
+      s_l[warp] = l;
+    }
+#pragma unroll
+    for (int i = 0; i < P; ++i) s_acc[warp][sub][i] = acc[i];
+  }
+  __syncthreads();
+  if (threadIdx.x >= L) return;
+  float m_all = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, s_m[w]);
+  float l_all = 0.f, r[P] = {};
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    const float c = rescale(s_m[w], m_all);
+    l_all += s_l[w] * c;
+#pragma unroll
+    for (int i = 0; i < P; ++i) r[i] += s_acc[w][threadIdx.x][i] * c;
+  }
+#pragma unroll
+  for (int i = 0; i < P; ++i) r[i] /= l_all;
+  store_floats<P>(o + threadIdx.x * P, r);
+}
+
+int64_t pack_elements(DType dtype) { return dtype == DType::kFloat32 ? 4 : 8; }
+
+}  // namespace
+
+bool decode_attention_fits(DType dtype, int64_t D) {
+  const int64_t P = pack_elements(dtype);
+  if (D <= 0 || D % P != 0) return false;
+  const int64_t L = D / P;
+  return L == 4 || L == 8 || L == 16 || L == 32;
+}
+
+cudaError_t launch_decode_attention(const void* qkv, int64_t qkv_stride, void* k_cache, void* v_cache,
+                                    const int64_t* pos, DType dtype, int64_t B, int64_t H, int64_t S, int64_t D,
+                                    void* out, cudaStream_t stream) {
+  if (B == 0) return cudaSuccess;
+  const int64_t bytes = dtype == DType::kFloat32 ? 4 : 2;
+  if (H < 1 || S < 1 || B > 65535 || !decode_attention_fits(dtype, D) || (qkv_stride * bytes) % 16 != 0 ||
+      !is_aligned(qkv, 16) || !is_aligned(k_cache, 16) || !is_aligned(v_cache, 16) || !is_aligned(out, 16))
+    return cudaErrorInvalidValue;
+  const float scale_log2 = float(1.4426950408889634 / std::sqrt(double(D)));
+  const dim3 grid{static_cast<unsigned>(H), static_cast<unsigned>(B)};
+  with_element_type(dtype, [&](auto* t) {
+    using E = std::remove_pointer_t<decltype(t)>;
+    const auto go = [&](auto kernel) {
+      kernel<<<grid, kThreads, 0, stream>>>(static_cast<const E*>(qkv), qkv_stride, static_cast<E*>(k_cache),
+                                            static_cast<E*>(v_cache), pos, int(H), S, scale_log2, static_cast<E*>(out));
+    };
+    switch (D / pack_elements(dtype)) {
+      case 4: go(decode_attention_kernel<E, 4>); break;
+      case 8: go(decode_attention_kernel<E, 8>); break;
+      case 16: go(decode_attention_kernel<E, 16>); break;
+      default: go(decode_attention_kernel<E, 32>); break;
+    }
+  });
+  return cudaGetLastError();
+}
+
+}  // namespace llmtrain::kernels
