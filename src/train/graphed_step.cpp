@@ -9,13 +9,9 @@
 #include "llmtrain/core/error.h"
 
 #if LLMTRAIN_WITH_CUDA
-#include <ATen/cuda/CUDAContext.h>
-#include <ATen/cuda/CUDAEvent.h>
-#include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
-#include <c10/cuda/CUDAGuard.h>
 
-#include <optional>
+#include "../core/cuda_graph.h"
 #endif
 
 namespace llmtrain::train {
@@ -32,47 +28,18 @@ struct GraphedStep::Impl {
   Graph graphs[2];                   // [0]: a step's first micro-step; [1]: the later ones
   torch::Tensor inputs, targets;     // what the graphs read
   std::vector<torch::Tensor> grads;  // what they write (undefined for parameters without a gradient)
-  std::optional<c10::cuda::CUDAStream> side;
-
-  // f() on the side stream, after the work queued so far on the current stream and before what follows.
-  template <typename F>
-  torch::Tensor on_side(F&& f) {
-    const auto ambient = at::cuda::getCurrentCUDAStream();
-    if (!side) side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, ambient.device_index());
-    at::cuda::CUDAEvent ready;
-    ready.record(ambient);
-    ready.block(*side);
-    torch::Tensor out;
-    {
-      const c10::cuda::CUDAStreamGuard guard(*side);
-      out = f();
-    }
-    at::cuda::CUDAEvent done;
-    done.record(*side);
-    done.block(ambient);
-    return out;
-  }
+  detail::SideStream side;
 
   void capture(Graph& g, bool first) {
     g.graph = std::make_unique<at::cuda::CUDAGraph>();
     const at::cuda::MempoolId_t pool = first ? at::cuda::MempoolId_t{0, 0} : graphs[0].graph->pool();
-    g.loss = on_side([&] {
-      g.graph->capture_begin(pool);
-      torch::Tensor loss;
-      try {
-        loss = body(inputs, targets);
-      } catch (const std::exception& e) {
-        try {
-          g.graph->capture_end();  // ends the stream's capture; the graph itself is invalid
-        } catch (const std::exception&) {
-        }
-        g.graph.reset();
-        LLMTRAIN_CHECK(false, "GraphedStep: the micro-step cannot be captured as a CUDA graph (", e.what(),
-                       "); run it eagerly (train.cuda_graph=false)");
-      }
-      g.graph->capture_end();
-      return loss;
-    });
+    try {
+      g.loss = detail::capture_graph(side, *g.graph, pool, "GraphedStep: the micro-step",
+                                     "run it eagerly (train.cuda_graph=false)", [&] { return body(inputs, targets); });
+    } catch (...) {
+      g.graph.reset();
+      throw;
+    }
     if (first) {
       grads.clear();
       for (const auto& p : params) grads.push_back(p.grad());
@@ -106,7 +73,7 @@ torch::Tensor GraphedStep::run(const torch::Tensor& inputs, const torch::Tensor&
   const c10::cuda::CUDAGuard device(inputs.device());
   Impl::Graph& g = d.graphs[first ? 0 : 1];
   if (g.calls++ == 0 || (!first && !d.graphs[0].graph)) {  // eager, warming up the capture stream
-    const auto loss = d.on_side([&] { return d.body(inputs, targets); });
+    const auto loss = d.side.run([&] { return d.body(inputs, targets); });
     const auto ambient = at::cuda::getCurrentCUDAStream();  // where the caller goes on using them
     loss.record_stream(ambient);
     for (const auto& p : d.params)
