@@ -1,4 +1,5 @@
-// generate_gpt2: continues a prompt with a trained checkpoint, printing tokens as they come.
+// generate_gpt2: continues a prompt with a trained checkpoint or a Hugging Face GPT-2 folder, printing
+// tokens as they come (KV cache; on a GPU in bfloat16 with the decode step as a CUDA graph).
 //   build/bin/generate_gpt2 --checkpoint runs/sotu_gpt2_124m --vocab-dir ../shared/data/gpt2 \
 //       --prompt "My fellow Americans" --max-new-tokens 64 --temperature 0.8 --top-k 50
 #include <CLI/CLI.hpp>
@@ -6,14 +7,19 @@
 #include <nlohmann/json.hpp>
 #include <torch/cuda.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstdio>
 
 int main(int argc, char** argv) {
   CLI::App app{"Generate text from a GPT-2 checkpoint"};
-  std::string checkpoint, prompt, prompt_ids, vocab_dir, tokenizer = "gpt2", model_file, format = "text", device = "auto";
+  std::string checkpoint, prompt, prompt_ids, stop_ids, vocab_dir, tokenizer = "gpt2", model_file, format = "text",
+      device = "auto", dtype = "auto";
   int64_t max_new = 64;
   llmtrain::infer::SamplingOptions o;
-  app.add_option("--checkpoint", checkpoint, "checkpoint folder, or a run's out_dir (newest checkpoint)")->required();
+  app.add_option("--checkpoint", checkpoint,
+                 "checkpoint folder, a run's out_dir (newest checkpoint), a Hugging Face GPT-2 folder or an llm.c .bin")
+      ->required();
   auto* text_opt = app.add_option("--prompt", prompt, "prompt text");
   app.add_option("--prompt-ids", prompt_ids, "prompt as a JSON array of ids, e.g. \"[464, 1578]\"")->excludes(text_opt);
   app.add_option("--max-new-tokens", max_new, "tokens to generate")->capture_default_str();
@@ -21,35 +27,52 @@ int main(int argc, char** argv) {
   app.add_option("--top-k", o.top_k, "keep the k most likely tokens (0: all)")->capture_default_str();
   app.add_option("--top-p", o.top_p, "keep the most likely tokens up to this probability mass")->capture_default_str();
   app.add_option("--seed", o.seed, "sampling seed")->capture_default_str();
+  app.add_option("--stop-ids", stop_ids, "ids that end generation, a JSON array (default: the tokenizer's end-of-text)");
   app.add_option("--tokenizer", tokenizer, "gpt2 or sentencepiece")->capture_default_str();
   app.add_option("--vocab-dir", vocab_dir, "GPT-2 files (default: $LLMTRAIN_GPT2_DIR, else $LLMTRAIN_DATA_DIR/gpt2)");
   app.add_option("--model", model_file, "SentencePiece .model file");
   app.add_option("--format", format, "text or ids")->capture_default_str()->check(CLI::IsMember({"text", "ids"}));
   app.add_option("--device", device, "auto, cpu or cuda")->capture_default_str()->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_option("--dtype", dtype, "auto (bfloat16 on cuda, float32 on cpu), float32 or bfloat16")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "float32", "bfloat16"}));
+  bool eager = false;
+  app.add_flag("--eager", eager, "on cuda, run the decode step op by op instead of as a CUDA graph");
   CLI11_PARSE(app, argc, argv);
   try {
-    auto model = llmtrain::train::load_checkpoint_model(checkpoint);
+    auto model = llmtrain::train::load_model(checkpoint);
     const bool cuda = device == "cuda" || (device == "auto" && torch::cuda::is_available());
     LLMTRAIN_CHECK(!cuda || torch::cuda::is_available(), "--device cuda, but no CUDA device is visible");
-    model->to(cuda ? torch::kCUDA : torch::kCPU);
+    const bool bf16 = dtype == "bfloat16" || (dtype == "auto" && cuda);
+    model->to(cuda ? torch::kCUDA : torch::kCPU, bf16 ? torch::kBFloat16 : torch::kFloat);
     std::unique_ptr<llmtrain::tokenizer::Tokenizer> tok;
     if (format == "text" || !prompt.empty())
       tok = llmtrain::tokenizer::load_tokenizer(tokenizer, tokenizer == "gpt2" ? vocab_dir : model_file);
+    const auto id_list = [](const std::string& flag, const std::string& text) {
+      const auto j = nlohmann::json::parse(text, nullptr, false);
+      LLMTRAIN_CHECK(j.is_array(), flag, ": expected a JSON array of ids, got ", text);
+      std::vector<int32_t> out;
+      for (const auto& id : j) {
+        LLMTRAIN_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() <= INT32_MAX, flag,
+                       ": ", id.dump(), " is not a token id");
+        out.push_back(id.get<int32_t>());
+      }
+      return out;
+    };
     std::vector<int32_t> ids;
     if (!prompt_ids.empty()) {
-      const auto j = nlohmann::json::parse(prompt_ids, nullptr, false);
-      LLMTRAIN_CHECK(j.is_array(), "--prompt-ids: expected a JSON array of ids, got ", prompt_ids);
-      for (const auto& id : j) {
-        LLMTRAIN_CHECK(id.is_number_integer(), "--prompt-ids: ", id.dump(), " is not an integer id");
-        ids.push_back(id.get<int32_t>());
-      }
+      ids = id_list("--prompt-ids", prompt_ids);
     } else if (!prompt.empty()) {
       ids = tok->encode(prompt);
     } else {
       LLMTRAIN_CHECK(tok && tok->eot_id(), "no prompt: give --prompt or --prompt-ids");
       ids = {*tok->eot_id()};  // start a fresh document
     }
-    o.stop_token = tok ? tok->eot_id() : std::nullopt;
+    if (!stop_ids.empty()) o.stop_tokens = id_list("--stop-ids", stop_ids);
+    else if (tok && tok->eot_id()) o.stop_tokens = {*tok->eot_id()};
+    const auto is_stop = [&](int32_t id) {
+      return std::find(o.stop_tokens.begin(), o.stop_tokens.end(), id) != o.stop_tokens.end();
+    };
     // Text is printed as the growing difference of decode(prompt + new ids): decoding one id at a time
     // would lose what depends on its neighbours (SentencePiece drops a leading space at each call).
     std::vector<int32_t> shown = prompt.empty() && prompt_ids.empty() ? std::vector<int32_t>{} : ids;
@@ -62,9 +85,12 @@ int main(int argc, char** argv) {
     };
     if (format == "text") print_new();
     std::vector<int32_t> produced;
-    llmtrain::infer::generate(model, ids, max_new, o, [&](int32_t id) {
+    llmtrain::infer::GeneratorOptions run;
+    run.cuda_graph = !eager;
+    llmtrain::infer::Generator generator(model, run);
+    generator.generate({ids}, max_new, o, [&](int64_t, int32_t id) {
       produced.push_back(id);
-      if (format == "text" && id != o.stop_token) {
+      if (format == "text" && !is_stop(id)) {
         shown.push_back(id);
         print_new();
       }

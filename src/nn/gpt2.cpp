@@ -96,16 +96,27 @@ void CausalSelfAttentionImpl::reset() {
   c_proj = register_module("c_proj", make_linear(cfg.n_embd(), cfg.n_embd(), residual_std(cfg)));
 }
 
-torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
+torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x, const LayerCache* cache) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
   const int64_t H = cfg.n_head(), D = cfg.head_dim();
-  const auto qkv = ops::linear(x, c_attn->weight, c_attn->bias).split(C, /*dim=*/-1);  // 3 x (B, T, C)
-  const auto heads = [&](const torch::Tensor& t) {        // (B, T, C) -> (B, H, T, D)
-    return t.view({B, T, H, D}).transpose(1, 2);
-  };
-  const double p = is_training() ? cfg.dropout() : 0.0;
-  torch::Tensor y = ops::attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), p);  // (B, H, T, D)
-  y = y.transpose(1, 2).reshape({B, T, C});
+  const auto qkv = ops::linear(x, c_attn->weight, c_attn->bias);  // (B, T, 3C)
+  torch::Tensor y;
+  if (cache && cache->positions.defined()) {  // one token per row, against the cache
+    LLMTRAIN_CHECK(T == 1, "CausalSelfAttention: a decode step takes one token per row, got ", T);
+    y = ops::decode_attention(qkv.view({B, 3 * C}), cache->k, cache->v, cache->positions).view({B, 1, C});
+  } else {
+    const auto parts = qkv.split(C, /*dim=*/-1);          // 3 x (B, T, C)
+    const auto heads = [&](const torch::Tensor& t) {      // (B, T, C) -> (B, H, T, D)
+      return t.view({B, T, H, D}).transpose(1, 2);
+    };
+    const auto q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
+    if (cache) {  // a prefill: positions [0, T) of every row
+      cache->k.narrow(2, 0, T).copy_(k);
+      cache->v.narrow(2, 0, T).copy_(v);
+    }
+    const double p = is_training() ? cfg.dropout() : 0.0;
+    y = ops::attention(q, k, v, p).transpose(1, 2).reshape({B, T, C});  // (B, H, T, D) -> (B, T, C)
+  }
   return maybe_dropout(ops::linear(y, c_proj->weight, c_proj->bias), cfg.dropout(), is_training());
 }
 
@@ -139,10 +150,25 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
   return h + delta;
 }
 
-std::pair<torch::Tensor, torch::Tensor> BlockImpl::forward_residual(const torch::Tensor& x, const torch::Tensor& delta) {
+std::pair<torch::Tensor, torch::Tensor> BlockImpl::forward_residual(const torch::Tensor& x, const torch::Tensor& delta,
+                                                                    const LayerCache* cache) {
   const auto [in, a] = add_norm(ln_1, x, delta);  // in = x + delta, a = ln_1(in)
-  const auto [h, m] = add_norm(ln_2, in, attn(a));
+  const auto [h, m] = add_norm(ln_2, in, attn->forward(a, cache));
   return {h, mlp(m)};
+}
+
+// ---- KVCache ------------------------------------------------------------------------------------
+
+KVCache::KVCache(const GPT2Config& cfg, int64_t batch, int64_t capacity, torch::ScalarType dtype,
+                 torch::Device device) {
+  LLMTRAIN_CHECK(batch >= 1, "KVCache: batch must be positive, got ", batch);
+  LLMTRAIN_CHECK(capacity >= 1 && capacity <= cfg.block_size(), "KVCache: capacity ", capacity,
+                 " is outside [1, block_size ", cfg.block_size(), "]");
+  const auto options = torch::TensorOptions().dtype(dtype).device(device);
+  for (int64_t i = 0; i < cfg.n_layer(); ++i) {
+    k.push_back(torch::zeros({batch, cfg.n_head(), capacity, cfg.head_dim()}, options));
+    v.push_back(torch::zeros_like(k.back()));
+  }
 }
 
 // ---- GPT2Transformer ----------------------------------------------------------------------------
@@ -165,12 +191,16 @@ void GPT2TransformerImpl::reset() {
   torch::nn::init::normal_(wpe->weight, 0.0, kInitStd);
 }
 
-torch::Tensor GPT2TransformerImpl::forward(const torch::Tensor& idx) {
-  torch::Tensor x = ops::embedding(idx, wte->weight, wpe->weight, cfg.vocab_size(), ids);  // (B, T, C)
+torch::Tensor GPT2TransformerImpl::forward(const torch::Tensor& idx, KVCache* cache, const torch::Tensor& positions) {
+  torch::Tensor x = ops::embedding(idx, wte->weight, wpe->weight, cfg.vocab_size(), ids, positions);  // (B, T, C)
   x = maybe_dropout(x, cfg.dropout(), is_training());
   // Each block's last residual add is left pending and fused with the next layer norm.
   torch::Tensor delta;
-  for (const auto& block : *h) std::tie(x, delta) = block->as<BlockImpl>()->forward_residual(x, delta);
+  for (size_t i = 0; i < h->size(); ++i) {
+    LayerCache layer;
+    if (cache) layer = {cache->k[i], cache->v[i], positions};
+    std::tie(x, delta) = h[i]->as<BlockImpl>()->forward_residual(x, delta, cache ? &layer : nullptr);
+  }
   return add_norm(ln_f, x, delta).second;
 }
 
@@ -218,6 +248,54 @@ torch::Tensor GPT2Impl::loss(const torch::Tensor& idx, const torch::Tensor& targ
 }
 
 void GPT2Impl::check_inputs(bool wait) { transformer->ids.raise(wait); }
+
+namespace {
+
+void check_cache(const GPT2Config& cfg, const KVCache& cache, int64_t B, const torch::Device& device,
+                 const char* what) {
+  LLMTRAIN_CHECK(int64_t(cache.k.size()) == cfg.n_layer() && cache.v.size() == cache.k.size(), "GPT2::", what,
+                 ": the cache has ", cache.k.size(), " layers, the model ", cfg.n_layer());
+  LLMTRAIN_CHECK(cache.batch() == B, "GPT2::", what, ": the cache holds ", cache.batch(), " rows, the batch has ", B);
+  LLMTRAIN_CHECK(cache.k[0].device() == device, "GPT2::", what, ": the cache is on ", cache.k[0].device(),
+                 ", the ids on ", device);
+}
+
+}  // namespace
+
+torch::Tensor GPT2Impl::prefill(const torch::Tensor& idx, const torch::Tensor& lengths, KVCache& cache) {
+  LLMTRAIN_CHECK(idx.dim() == 2 && idx.scalar_type() == torch::kLong, "GPT2::prefill: idx must be (B, T) int64, got ",
+                 idx.sizes(), " ", idx.scalar_type());
+  const int64_t B = idx.size(0), T = idx.size(1), C = cfg.n_embd();
+  LLMTRAIN_CHECK(T >= 1 && T <= cache.capacity() && T <= cfg.block_size(), "GPT2::prefill: prompt length ", T,
+                 " is outside [1, ", std::min(cache.capacity(), cfg.block_size()), "] (the cache's capacity ",
+                 cache.capacity(), ", block_size ", cfg.block_size(), ")");
+  LLMTRAIN_CHECK(lengths.dim() == 1 && lengths.size(0) == B && lengths.scalar_type() == torch::kLong &&
+                     lengths.device() == idx.device(),
+                 "GPT2::prefill: lengths must be (", B, ") int64 on ", idx.device(), ", got ", lengths.sizes(), " ",
+                 lengths.scalar_type(), " on ", lengths.device());
+  check_cache(cfg, cache, B, idx.device(), "prefill");
+  LLMTRAIN_CHECK(B == 0 || (lengths.min().item<int64_t>() >= 1 && lengths.max().item<int64_t>() <= T),
+                 "GPT2::prefill: every length must lie in [1, ", T, "]");
+  torch::NoGradGuard no_grad;
+  transformer->ids.raise(/*wait=*/false);
+  const torch::Tensor x = transformer(idx, &cache);                                      // (B, T, C)
+  const torch::Tensor last = x.gather(1, (lengths - 1).view({B, 1, 1}).expand({B, 1, C})).squeeze(1);  // (B, C)
+  return torch::nn::functional::linear(last, transformer->wte->weight).narrow(-1, 0, cfg.vocab_size());
+}
+
+torch::Tensor GPT2Impl::decode(const torch::Tensor& idx, const torch::Tensor& positions, KVCache& cache) {
+  LLMTRAIN_CHECK(idx.dim() == 1 && idx.scalar_type() == torch::kLong, "GPT2::decode: idx must be (B) int64, got ",
+                 idx.sizes(), " ", idx.scalar_type());
+  const int64_t B = idx.size(0);
+  LLMTRAIN_CHECK(positions.sizes() == idx.sizes() && positions.scalar_type() == torch::kLong &&
+                     positions.device() == idx.device(),
+                 "GPT2::decode: positions must be (", B, ") int64 on ", idx.device(), ", got ", positions.sizes(), " ",
+                 positions.scalar_type(), " on ", positions.device());
+  check_cache(cfg, cache, B, idx.device(), "decode");
+  torch::NoGradGuard no_grad;
+  const torch::Tensor x = transformer(idx.view({B, 1}), &cache, positions).view({B, cfg.n_embd()});  // (B, C)
+  return torch::nn::functional::linear(x, transformer->wte->weight).narrow(-1, 0, cfg.vocab_size());
+}
 
 int64_t GPT2Impl::num_parameters() const {
   int64_t n = 0;

@@ -255,12 +255,16 @@ struct Trainer::Impl {
     o.temperature = cfg.sample.temperature;
     o.top_k = cfg.sample.top_k;
     o.seed = cfg.train.seed + uint64_t(step);
-    o.stop_token = tok->eot_id();
-    auto ids = infer::generate(model, prompt, cfg.sample.tokens, o);
+    if (tok->eot_id()) o.stop_tokens = {*tok->eot_id()};
+    // The KV cache holds block_size positions: a longer sample is cut there.
+    const int64_t room = model->cfg.block_size() + 1 - int64_t(prompt.size());
+    LLMTRAIN_CHECK(room >= 1, "sample.prompt is ", prompt.size(), " tokens, longer than the model's block_size ",
+                   model->cfg.block_size());
+    auto ids = infer::generate(model, prompt, std::min<int64_t>(cfg.sample.tokens, room), o);
     // Decoded as one piece (token by token would lose SentencePiece's spaces), without the end-of-text
     // ids that start and end a fresh document.
     if (cfg.sample.prompt.empty()) ids.erase(ids.begin());
-    if (!ids.empty() && ids.back() == o.stop_token) ids.pop_back();
+    if (!ids.empty() && tok->eot_id() && ids.back() == *tok->eot_id()) ids.pop_back();
     const std::string text = tok->decode(ids);
     append_metrics({{"type", "sample"}, {"step", step}, {"text", text}});
     if (rank == 0) std::printf("step %lld sample: %s\n", static_cast<long long>(step), text.c_str());

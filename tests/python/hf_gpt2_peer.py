@@ -4,10 +4,11 @@ Usage: hf_gpt2_peer.py make DIR KIND      a random-init model saved with save_pr
                                           tiny (GPT2LMHeadModel), tiny-base (GPT2Model: keys without
                                           the transformer. prefix), tiny-sharded (several shards and an
                                           index), gpt2 (the 124M shape)
-       hf_gpt2_peer.py logits DIR IDS OUT  from_pretrained(DIR)'s logits for IDS (a JSON list of lists)
-                                          as raw little-endian float32
-       hf_gpt2_peer.py greedy DIR IDS N OUT  greedy generate() of N new tokens after IDS (a JSON list),
-                                          the whole sequence as a JSON list in OUT
+       hf_gpt2_peer.py logits DIR IDS OUT [DEVICE DTYPE]  from_pretrained(DIR)'s logits for IDS (a JSON
+                                          list of lists) as raw little-endian float32
+       hf_gpt2_peer.py greedy DIR IDS N OUT [DEVICE DTYPE]  greedy generate() of N new tokens after IDS
+                                          (a JSON list), the whole sequence as a JSON list in OUT
+DEVICE (cpu) and DTYPE (float32) say where and in which precision the model runs (cuda bfloat16).
 """
 import json
 import sys
@@ -31,8 +32,8 @@ def make(path: str, kind: str) -> None:
     model.save_pretrained(path, max_shard_size="100KB" if kind == "tiny-sharded" else "10GB")
 
 
-def load(path: str) -> GPT2LMHeadModel:
-    return GPT2LMHeadModel.from_pretrained(path, dtype=torch.float32).eval()
+def load(path: str, device: str, dtype: str) -> GPT2LMHeadModel:
+    return GPT2LMHeadModel.from_pretrained(path, dtype=getattr(torch, dtype)).to(device).eval()
 
 
 def main() -> None:
@@ -40,15 +41,17 @@ def main() -> None:
     if mode == "make":
         make(path, sys.argv[3])
     elif mode == "logits":
-        ids = torch.tensor(json.loads(sys.argv[3]))
+        device, dtype = sys.argv[5:7] if len(sys.argv) > 5 else ("cpu", "float32")
+        ids = torch.tensor(json.loads(sys.argv[3]), device=device)
         with torch.no_grad():
-            logits = load(path)(ids).logits.float()
+            logits = load(path, device, dtype)(ids).logits.float().cpu()
         with open(sys.argv[4], "wb") as f:
             f.write(logits.contiguous().numpy().astype("<f4").tobytes())
     elif mode == "greedy":
-        ids = torch.tensor([json.loads(sys.argv[3])])
+        device, dtype = sys.argv[6:8] if len(sys.argv) > 6 else ("cpu", "float32")
+        ids = torch.tensor([json.loads(sys.argv[3])], device=device)
         n = int(sys.argv[4])
-        model = load(path)
+        model = load(path, device, dtype)
         with torch.no_grad():
             out = model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False,
                                  attention_mask=torch.ones_like(ids), pad_token_id=model.config.eos_token_id)

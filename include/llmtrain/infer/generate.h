@@ -1,13 +1,15 @@
-// Sampling from GPT-2: temperature, top-k and top-p (nucleus) filtering with a seeded generator, and
-// a generation loop that feeds the model its last block_size tokens each step. (No KV cache yet: each
-// new token costs a forward pass over the context.)
+// Generation from GPT-2: a sampler (greedy, temperature, top-k, top-p, stop tokens, a seed) and a
+// Generator that runs a batch of prompts of different lengths against a preallocated KV cache: one
+// prefill of the prompts, then one decode step per new token, which on a GPU is replayed as a CUDA
+// graph (a whole step in one launch: at batch 1 the host, not the GPU, would otherwise set the pace).
+// The host reads each step's tokens while the GPU already runs the next one.
 #pragma once
 
 #include <torch/types.h>
 
 #include <cstdint>
 #include <functional>
-#include <optional>
+#include <memory>
 #include <vector>
 
 #include "llmtrain/nn/gpt2.h"
@@ -20,15 +22,54 @@ struct SamplingOptions {
   int64_t top_k = 0;
   double top_p = 1.0;
   uint64_t seed = 1337;
-  std::optional<int32_t> stop_token;  // generation ends after producing it
+  std::vector<int32_t> stop_tokens;  // a row ends after producing one of these
 };
 
-/// One token id per row of `logits` (B, V). Throws llmtrain::Error for options out of range.
+/// Throws llmtrain::Error naming the first option out of range.
+void check(const SamplingOptions& options);
+
+/// One token id per row of `logits` (B, V), on the logits' device. The random numbers, one per row,
+/// come from `generator` (a CPU generator) whatever the device, so a seed draws the same numbers on the
+/// CPU and the GPU; a row's token is where its uniform number falls in the cumulative distribution.
 ///   auto next = llmtrain::infer::sample(logits, opts, gen);  // (B) int64
 torch::Tensor sample(const torch::Tensor& logits, const SamplingOptions& options, at::Generator& generator);
 
-/// Appends up to `max_new_tokens` sampled ids to `prompt`; `on_token` (optional) sees each as it comes.
-///   auto ids = llmtrain::infer::generate(model, {464, 1578}, 32, {.temperature = 0});
+/// How a Generator runs its decode steps.
+struct GeneratorOptions {
+  /// On a CUDA device, replay the decode step as a CUDA graph (captured at a batch size's second step).
+  bool cuda_graph = true;
+};
+
+/// Generates from a GPT2 with a KV cache, in the model's dtype and on its device (cast the model to
+/// bf16 for fast generation on a GPU). The cache and the graph are kept for the next call of the same
+/// batch size.
+///   llmtrain::infer::Generator gen(model);
+///   auto out = gen.generate({{464, 1578}, {50256}}, 64, greedy);  // the new ids of each row
+class Generator {
+ public:
+  explicit Generator(nn::GPT2 model, GeneratorOptions options = {});
+  ~Generator();
+  Generator(const Generator&) = delete;
+  Generator& operator=(const Generator&) = delete;
+
+  /// Called with each new id of each row as soon as the host has it (in order within a row).
+  using OnToken = std::function<void(int64_t row, int32_t id)>;
+  /// Continues each prompt (non-empty; ids in the vocabulary) by up to max_new_tokens ids, fewer for a
+  /// row that produces one of options.stop_tokens (which is kept). The longest prompt plus
+  /// max_new_tokens must fit in the model's block_size + 1 positions (the last token is never fed
+  /// back). Returns the new ids of each row. Throws llmtrain::Error for bad prompts or options.
+  std::vector<std::vector<int32_t>> generate(const std::vector<std::vector<int32_t>>& prompts,
+                                             int64_t max_new_tokens, const SamplingOptions& options,
+                                             const OnToken& on_token = nullptr);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// One prompt through a Generator of its own: the prompt followed by up to `max_new_tokens` ids;
+/// `on_token` (optional) sees each new one as it comes.
+///   auto ids = llmtrain::infer::generate(model, {464, 1578}, 32, options);
 std::vector<int32_t> generate(nn::GPT2& model, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
                               const SamplingOptions& options,
                               const std::function<void(int32_t)>& on_token = nullptr);

@@ -12,6 +12,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 #include <torch/nn/pimpl.h>
+#include <torch/types.h>
 
 #include <cstdint>
 #include <string>
@@ -46,13 +47,35 @@ struct GPT2Config {
   void validate() const;
 };
 
+/// Keys and values a GPT2 keeps between calls when it generates token by token: per layer, (B, H,
+/// capacity, D) in the model's dtype. GPT2::prefill writes the prompts' positions, GPT2::decode one
+/// more position per row at each step; infer::Generator owns one.
+///   llmtrain::nn::KVCache cache(model->cfg, 4, 1024, torch::kBFloat16, torch::kCUDA);
+struct KVCache {
+  KVCache() = default;
+  KVCache(const GPT2Config& cfg, int64_t batch, int64_t capacity, torch::ScalarType dtype, torch::Device device);
+  int64_t batch() const { return k.empty() ? 0 : k[0].size(0); }
+  int64_t capacity() const { return k.empty() ? 0 : k[0].size(2); }
+
+  std::vector<torch::Tensor> k, v;  // n_layer each
+};
+
+/// One layer's view of a KVCache for a forward: a prefill (positions undefined) stores the keys and
+/// values of positions [0, T); a decode step (positions (B) int64, T = 1) stores row b's at
+/// positions[b] and attends over the row's 0..positions[b].
+struct LayerCache {
+  torch::Tensor k, v;       // (B, H, capacity, D)
+  torch::Tensor positions;  // (B) int64, or undefined
+};
+
 /// Multi-head causal self-attention: c_attn (C -> 3C), attention over heads, c_proj (C -> C).
 ///   CausalSelfAttention attn(cfg); auto y = attn(x);  // (B, T, C) -> (B, T, C)
 class CausalSelfAttentionImpl : public torch::nn::Cloneable<CausalSelfAttentionImpl> {
  public:
   explicit CausalSelfAttentionImpl(GPT2Config cfg);
   void reset() override;
-  torch::Tensor forward(const torch::Tensor& x);  // (B, T, C) -> (B, T, C)
+  /// `cache`: read and write keys and values there (generation; see LayerCache).
+  torch::Tensor forward(const torch::Tensor& x, const LayerCache* cache = nullptr);  // (B, T, C) -> (B, T, C)
 
   GPT2Config cfg;
   torch::nn::Linear c_attn{nullptr}, c_proj{nullptr};
@@ -81,7 +104,8 @@ class BlockImpl : public torch::nn::Cloneable<BlockImpl> {
   torch::Tensor forward(const torch::Tensor& x);  // (B, T, C) -> (B, T, C)
   /// The block on the input x + delta, with that residual add fused into ln_1 (delta may be
   /// undefined), returning {h, mlp branch}: their sum is the output, left for the next block's ln_1.
-  std::pair<torch::Tensor, torch::Tensor> forward_residual(const torch::Tensor& x, const torch::Tensor& delta);
+  std::pair<torch::Tensor, torch::Tensor> forward_residual(const torch::Tensor& x, const torch::Tensor& delta,
+                                                           const LayerCache* cache = nullptr);
 
   GPT2Config cfg;
   torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
@@ -96,7 +120,10 @@ class GPT2TransformerImpl : public torch::nn::Cloneable<GPT2TransformerImpl> {
  public:
   explicit GPT2TransformerImpl(GPT2Config cfg);
   void reset() override;
-  torch::Tensor forward(const torch::Tensor& idx);  // (B, T) int64 -> (B, T, C)
+  /// With `cache`, its layers' keys and values are stored (and, given positions (B) int64, a decode step
+  /// of one token per row at those positions; see LayerCache).
+  torch::Tensor forward(const torch::Tensor& idx, KVCache* cache = nullptr,
+                        const torch::Tensor& positions = {});  // (B, T) int64 -> (B, T, C)
 
   GPT2Config cfg;
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};  // (padded V, C), (block_size, C)
@@ -132,6 +159,19 @@ class GPT2Impl : public torch::nn::Cloneable<GPT2Impl> {
   /// waiting for those forwards (free right after the host has read their loss); with `wait` false,
   /// only when the device has finished checking every forward queued so far.
   void check_inputs(bool wait = true);
+
+  /// Generation's first step: runs prompts idx (B, T), right-padded (row b's prompt is its first
+  /// lengths[b] ids, 1 <= lengths[b] <= T), from position 0, stores every layer's keys and values of
+  /// positions [0, T) in `cache` (batch B, capacity >= T), and returns the logits (B, vocab_size) after
+  /// each row's last prompt token. The padding never reaches them (attention is causal). No gradient.
+  ///   auto logits = model->prefill(idx, lengths, cache);
+  torch::Tensor prefill(const torch::Tensor& idx, const torch::Tensor& lengths, KVCache& cache);
+  /// A step of generation: token idx[b] (B) int64 at position positions[b] (B) int64, which must be
+  /// below the cache's capacity and block_size (not checked on CUDA, where it would make the host
+  /// wait). Adds each row's key and value there and attends over the row's cached positions before
+  /// it. Returns logits (B, vocab_size). No gradient; captures into a CUDA graph.
+  ///   auto logits = model->decode(next, positions, cache);
+  torch::Tensor decode(const torch::Tensor& idx, const torch::Tensor& positions, KVCache& cache);
 
   /// Parameters counted as Hugging Face counts them: the embedding at its vocab_size real rows.
   int64_t num_parameters() const;
