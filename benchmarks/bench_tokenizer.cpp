@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <fstream>
 
+#include "peer.h"
+
 namespace {
 
 std::string corpus(const std::string& sotu_dir) {
@@ -59,17 +61,15 @@ int main(int argc, char** argv) {
     const std::string tmp = llmtrain::fs::make_temp_dir("llmtrain_bench_tok_");
     std::ofstream(tmp + "/corpus.txt", std::ios::binary) << text;
     const std::string script = std::string(LLMTRAIN_SOURCE_DIR) + "/benchmarks/tiktoken_speed.py";
-    const std::string cmd = "'" + python + "' '" + script + "' '" + data + "/gpt2' '" + tmp + "/corpus.txt' " +
-                            std::to_string(repeat);
-    FILE* pipe = ::popen(cmd.c_str(), "r");
-    LLMTRAIN_CHECK(pipe != nullptr, "bench_tokenizer: cannot run ", cmd);
-    std::string out;
-    char buf[4096];
-    while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
-    const int status = ::pclose(pipe);
+    nlohmann::json peer;
+    try {
+      peer = bench::run_python_json(python, std::string(LLMTRAIN_SOURCE_DIR) + "/benchmarks/tiktoken_speed.py",
+                                    {data + "/gpt2", tmp + "/corpus.txt", std::to_string(repeat)});
+    } catch (...) {
+      llmtrain::fs::remove_tree(tmp);
+      throw;
+    }
     llmtrain::fs::remove_tree(tmp);
-    LLMTRAIN_CHECK(status == 0, "bench_tokenizer: the tiktoken baseline failed: ", cmd);
-    const auto peer = nlohmann::json::parse(out);
     const double theirs = peer["seconds"].get<double>();
     const bool equal = peer["tokens"].get<size_t>() == ids.size() && peer["checksum"].get<uint64_t>() == checksum;
 

@@ -3,16 +3,18 @@
 # set-up and build, the CUDA tests, the kernel and training benchmarks, a per-kernel profile of one
 # training step, and the GPT-2 124M reference run of ../shared/ENVIRONMENT.md. Each part writes its log
 # into LOGDIR and a line to LOGDIR/summary.txt.
-#   scripts/gpu_check.sh [LOGDIR] [PART...]   PART: build tests kernels train profile converge seeds
-#                                             (default all but seeds)
+#   scripts/gpu_check.sh [LOGDIR] [PART...]   PART: build tests kernels train generate profile converge
+#                                             seeds hfgen (default all but seeds and hfgen)
 # BENCH_TRAIN_ARGS adds arguments to bench_train (e.g. "--without layer_norm --with mlp"). `seeds` runs the
 # reference once for each seed in CONVERGE_SEEDS (default "1337 1 2 3 4 5"), without checkpoints, and says
-# each one's last val loss: how far the seed alone moves it.
+# each one's last val loss: how far the seed alone moves it. `hfgen` takes the model `converge` trained,
+# exports it as a Hugging Face folder and compares 64 greedy tokens in bf16 on the GPU: generate_gpt2's
+# (KV cache, CUDA graph; from the native checkpoint and from the folder) against transformers'.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 log=${1:-$root/runs/gpu_check}
 shift || true
-parts=${*:-build tests kernels train profile converge}
+parts=${*:-build tests kernels train generate profile converge}
 mkdir -p "$log"
 cd "$root"
 export LLMTRAIN_DATA_DIR=${LLMTRAIN_DATA_DIR:-$root/../shared/data}
@@ -35,6 +37,29 @@ for part in $parts; do
            grep -E 'tests passed|FAILED|Failed' "$log/tests.log" | tee -a "$log/summary.txt" ;;
     kernels) timed kernels build/bin/bench_kernels --iters 20; tail -12 "$log/kernels.log" ;;
     train) timed train build/bin/bench_train --steps 15 --warmup 3 ${BENCH_TRAIN_ARGS:-}; tail -12 "$log/train.log" ;;
+    generate) timed generate build/bin/bench_generate --sample; tail -14 "$log/generate.log" ;;
+    hfgen)
+      prompt="[3666, 5891, 4841]"  # "My fellow Americans"
+      rm -rf runs/sotu_hf
+      timed convert build/bin/convert_checkpoint --from native runs/sotu_gpt2_124m --to hf runs/sotu_hf
+      for from in native hf; do
+        src=runs/sotu_gpt2_124m; [ $from = hf ] && src=runs/sotu_hf
+        timed "gen_$from" build/bin/generate_gpt2 --checkpoint $src --prompt-ids "$prompt" --max-new-tokens 64 \
+          --temperature 0 --stop-ids "[]" --format ids
+      done
+      timed gen_transformers python3 tests/python/hf_gpt2_peer.py greedy runs/sotu_hf "$prompt" 64 \
+        "$log/hf_greedy.json" cuda bfloat16
+      python3 - "$log" <<'PY' | tee -a "$log/summary.txt"
+import json, sys
+log = sys.argv[1]
+theirs = json.load(open(f"{log}/hf_greedy.json"))[3:]
+for src in ("native", "hf"):
+    ours = json.loads(open(f"{log}/gen_{src}.log").read().strip().splitlines()[-1])
+    same = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+    print(f"hfgen from {src}: {same} of {len(theirs)} greedy tokens equal to transformers' bf16"
+          f"{' (all)' if ours == theirs else ''}")
+PY
+      ;;
     profile) timed profile python3 benchmarks/profile_step.py --top 45 --csv "$log/profile.csv"; head -50 "$log/profile.log" ;;
     converge)
       prepare
