@@ -42,7 +42,9 @@ struct GeneratorOptions {
 
 /// Generates from a GPT2 with a KV cache, in the model's dtype and on its device (cast the model to
 /// bf16 for fast generation on a GPU). The cache and the graph are kept for the next call of the same
-/// batch size.
+/// batch size, dtype and device; the graph reads the parameters where they lay when it was captured,
+/// so after giving the model new parameter storage on the same device and dtype (assigning tensors
+/// rather than copying into them), make a new Generator.
 ///   llmtrain::infer::Generator gen(model);
 ///   auto out = gen.generate({{464, 1578}, {50256}}, 64, greedy);  // the new ids of each row
 class Generator {
