@@ -689,23 +689,37 @@ TrainerConfig finetune_config(const std::string& from, const std::string& config
   return TrainerConfig::parse(doc.dump(), config_path, overrides);
 }
 
-int64_t run_training(const TrainerConfig& cfg, bool resume) {
-  const bool used = fs::exists(cfg.out_dir + "/checkpoints") || fs::exists(cfg.out_dir + "/metrics.jsonl");
-  LLMTRAIN_CHECK(resume || !used, "out_dir ", cfg.out_dir,
-                 " already holds a run; pass --resume to continue it, or choose another out_dir");
-  Trainer trainer(cfg);
-  if (resume && !trainer.resume_if_possible()) std::printf("no checkpoint in %s: starting from step 0\n", cfg.out_dir.c_str());
-  const auto& m = trainer.model()->cfg;
-  std::printf("GPT-2 %lld layers x %lld wide, %.1fM parameters%s%s; %lld tokens per step (%lld micro-steps); out_dir %s\n",
-              static_cast<long long>(m.n_layer()), static_cast<long long>(m.n_embd()),
-              double(trainer.model()->num_parameters()) / 1e6, cfg.model.init_from.empty() ? "" : " from ",
-              cfg.model.init_from.c_str(),
-              static_cast<long long>(trainer.grad_accum_steps() * cfg.train.batch_size * cfg.train.seq_len),
-              static_cast<long long>(trainer.grad_accum_steps()), cfg.out_dir.c_str());
-  const int64_t step = trainer.run();
-  std::printf("done at step %lld; metrics in %s/metrics.jsonl, loss curves in %s/loss.svg\n", static_cast<long long>(step),
-              cfg.out_dir.c_str(), cfg.out_dir.c_str());
-  return step;
+int64_t run_training(const TrainerConfig& cfg, bool resume, std::shared_ptr<dist::Communicator> comm) {
+  const int rank = comm ? comm->rank() : 0, world = comm ? comm->world_size() : 1;
+  try {
+    const bool used = fs::exists(cfg.out_dir + "/checkpoints") || fs::exists(cfg.out_dir + "/metrics.jsonl");
+    LLMTRAIN_CHECK(resume || !used, "out_dir ", cfg.out_dir,
+                   " already holds a run; pass --resume to continue it, or choose another out_dir");
+    Trainer trainer(cfg, comm);
+    const bool resumed = !resume || trainer.resume_if_possible();
+    const auto& m = trainer.model()->cfg;
+    if (rank == 0) {
+      if (!resumed) std::printf("no checkpoint in %s: starting from step 0\n", cfg.out_dir.c_str());
+      std::printf("GPT-2 %lld layers x %lld wide, %.1fM parameters%s%s; %lld tokens per step (%lld micro-steps%s); "
+                  "out_dir %s\n",
+                  static_cast<long long>(m.n_layer()), static_cast<long long>(m.n_embd()),
+                  double(trainer.model()->num_parameters()) / 1e6, cfg.model.init_from.empty() ? "" : " from ",
+                  cfg.model.init_from.c_str(),
+                  static_cast<long long>(world * trainer.grad_accum_steps() * cfg.train.batch_size * cfg.train.seq_len),
+                  static_cast<long long>(trainer.grad_accum_steps()),
+                  world > 1 ? (" on each of " + std::to_string(world) + " ranks").c_str() : "", cfg.out_dir.c_str());
+    }
+    const int64_t step = trainer.run();
+    if (rank == 0)
+      std::printf("done at step %lld; metrics in %s/metrics.jsonl, loss curves in %s/loss.svg\n",
+                  static_cast<long long>(step), cfg.out_dir.c_str(), cfg.out_dir.c_str());
+    return step;
+  } catch (const std::exception& e) {
+    if (world <= 1) throw;
+    std::fprintf(stderr, "rank %d of %d: %s; ending every rank\n", rank, world, e.what());
+    std::fflush(stderr);
+    comm->abort(1);
+  }
 }
 
 }  // namespace llmtrain::train

@@ -21,42 +21,16 @@
 #include "llmtrain/train/plot.h"
 #include "llmtrain/train/trainer.h"
 #include "test_util.h"
+#include "train/run_folder.h"
 
 using llmtrain::testing::expect_error;
+using llmtrain::testing::RunFolder;
 using llmtrain::testing::TempDir;
 using llmtrain::train::StepRecord;
 using llmtrain::train::Trainer;
 using llmtrain::train::TrainerConfig;
 
 namespace {
-
-struct RunFolder {
-  TempDir dir;
-  RunFolder() {
-    std::mt19937 rng(0);
-    const auto shard = [&](const std::string& name, int n) {
-      std::vector<int32_t> t(static_cast<size_t>(n));
-      // A learnable stream: each token determines the next (x -> 31 x + 7 mod 4099), from random starts.
-      for (size_t i = 0; i < t.size(); ++i) t[i] = i % 64 == 0 ? int32_t(rng() % 4099) : int32_t((31 * t[i - 1] + 7) % 4099);
-      llmtrain::data::write_shard(dir.path + "/" + name, t, 50257);
-    };
-    shard("train_000000.bin", 20000);
-    shard("train_000001.bin", 15000);
-    shard("val_000000.bin", 5000);
-  }
-  TrainerConfig config(const std::string& out, std::vector<std::string> extra = {}) const {
-    std::vector<std::string> sets = {"data.train=" + dir.path + "/train_*.bin", "data.val=" + dir.path + "/val_*.bin",
-                                     "out_dir=" + dir.path + "/" + out, "device=cpu"};
-    sets.insert(sets.end(), extra.begin(), extra.end());
-    return TrainerConfig::parse(R"({
-      "model": {"preset": "tiny"},
-      "train": {"batch_size": 4, "seq_len": 32, "total_batch_tokens": 256, "max_steps": 20, "lr": 1e-3,
-                "warmup_steps": 2, "schedule": "cosine", "precision": "fp32", "seed": 7},
-      "eval": {"every": 10, "batches": 2},
-      "checkpoint": {"every": 5, "keep": 2}
-    })", "test config", sets);
-  }
-};
 
 std::vector<double> run_losses(Trainer& t, int64_t stop_at = -1) {
   std::vector<double> losses;

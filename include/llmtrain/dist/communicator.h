@@ -7,6 +7,8 @@
 
 #include <torch/types.h>
 
+#include <cstdlib>
+
 namespace llmtrain::dist {
 
 /// Collective operations over the ranks of one run; every rank must make the same calls in the same
@@ -23,6 +25,11 @@ class Communicator {
   virtual void broadcast(torch::Tensor& tensor, int root) = 0;
   /// Returns once every rank has called it.
   virtual void barrier() = 0;
+  /// Ends every rank of the run with exit status `code`, so that no rank waits forever in a collective
+  /// for one that failed. The default ends this process alone.
+  [[noreturn]] virtual void abort(int code);
 };
+
+inline void Communicator::abort(int code) { std::_Exit(code); }
 
 }  // namespace llmtrain::dist

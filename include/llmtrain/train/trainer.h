@@ -14,6 +14,7 @@
 #include <string>
 
 #include "llmtrain/dist/communicator.h"
+#include "llmtrain/dist/mpi.h"
 #include "llmtrain/nn/gpt2.h"
 #include "llmtrain/train/config.h"
 
@@ -95,7 +96,10 @@ TrainerConfig finetune_config(const std::string& from, const std::string& config
 
 /// What train_gpt2 and finetune_gpt2 do: refuse an out_dir that already holds a run unless `resume`;
 /// resume from its newest checkpoint when `resume` (from step 0 when it has none); print the run's
-/// shape; train. Returns the number of the last step done.
-int64_t run_training(const TrainerConfig& config, bool resume);
+/// shape (rank 0); train. Returns the number of the last step done. `comm`: the ranks of the run
+/// (dist::from_environment(): the mpirun job this process is in, or none); when one rank fails, it
+/// says why and ends every rank (Communicator::abort), so none waits for it forever.
+int64_t run_training(const TrainerConfig& config, bool resume,
+                     std::shared_ptr<dist::Communicator> comm = dist::from_environment());
 
 }  // namespace llmtrain::train

@@ -1,0 +1,43 @@
+// The ranks of an mpirun job over MPI, for CPU tensors, and how a program finds the job it was started
+// in. MPI is initialised once per process, on first use, and finalised at exit; every collective is a
+// blocking MPI call on MPI_COMM_WORLD.
+#pragma once
+
+#include <memory>
+
+#include "llmtrain/dist/communicator.h"
+
+namespace llmtrain::dist {
+
+/// Collectives over MPI_COMM_WORLD for CPU tensors: float32, float64 and int64 directly, bfloat16 and
+/// float16 summed in float32. abort() ends the whole job (MPI_Abort).
+///   auto comm = llmtrain::dist::MpiCommunicator::world();
+///   comm->all_reduce_sum(grad);
+class MpiCommunicator final : public Communicator {
+ public:
+  /// The job's communicator; throws llmtrain::Error when llmtrain was built without MPI.
+  static std::shared_ptr<MpiCommunicator> world();
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return size_; }
+  void all_reduce_sum(torch::Tensor& tensor) override;
+  void broadcast(torch::Tensor& tensor, int root) override;
+  void barrier() override;
+  [[noreturn]] void abort(int code) override;
+
+ private:
+  MpiCommunicator(int rank, int size) : rank_(rank), size_(size) {}
+  int rank_, size_;
+};
+
+/// Whether llmtrain was built with MPI.
+bool mpi_available();
+
+/// The communicator of the job this process belongs to: MpiCommunicator::world() when an MPI launcher
+/// (mpirun of OpenMPI, or a PMI/PMIx launcher) started more than one rank, null for a lone process.
+/// Throws llmtrain::Error for a launch it cannot join (several ranks but no MPI in this build; a
+/// torchrun-style RANK / WORLD_SIZE launch, which needs the NCCL bootstrap).
+///   auto comm = llmtrain::dist::from_environment();  // Trainer(config, comm)
+std::shared_ptr<Communicator> from_environment();
+
+}  // namespace llmtrain::dist
