@@ -3,6 +3,7 @@
 // Rows, each timed in the same run:
 //   llmtrain        infer::Generator: KV cache, llmtrain's kernels, the decode step as a CUDA graph
 //   llmtrain-eager  the same, the decode step launched op by op
+//   llmtrain-no-gemv the graph with the few-row products off ("gemv": cuBLASLt and separate norms)
 //   libtorch        the same loop op by op with every op on its ATen path (kernels off): plain
 //                   LibTorch with a KV cache
 //   hf              Hugging Face transformers' forward loop with its KV cache (Python; --no-hf skips)
@@ -37,10 +38,12 @@ struct Variant {
   std::string name;
   bool kernels, graph;
   llmtrain::infer::SamplingOptions sampling;
+  std::string without = {};  // one op's kernel off
 };
 
 Row run(const Variant& v, llmtrain::nn::GPT2& model, int64_t B, int64_t prompt_len, int64_t new_tokens, int repeat) {
   llmtrain::ops::set_cuda_kernels_enabled(v.kernels);
+  if (!v.without.empty()) llmtrain::ops::set_cuda_kernel_enabled(v.without, false);
   llmtrain::infer::GeneratorOptions go;
   go.cuda_graph = v.graph;
   llmtrain::infer::Generator gen(model, go);
@@ -62,6 +65,7 @@ Row run(const Variant& v, llmtrain::nn::GPT2& model, int64_t B, int64_t prompt_l
   gen.generate(prompts, 8, v.sampling);  // warm-up: cuBLAS handles, the graph's capture
   Row r{v.name, B, timed(new_tokens), timed(1)};
   llmtrain::ops::set_cuda_kernels_enabled(true);
+  if (!v.without.empty()) llmtrain::ops::set_cuda_kernel_enabled(v.without, true);
   return r;
 }
 
@@ -101,6 +105,7 @@ int main(int argc, char** argv) {
     for (int64_t B : batches) {
       rows.push_back(run({"llmtrain", true, true, greedy}, model, B, prompt_len, new_tokens, repeat));
       rows.push_back(run({"llmtrain-eager", true, false, greedy}, model, B, prompt_len, new_tokens, repeat));
+      rows.push_back(run({"llmtrain-no-gemv", true, true, greedy, "gemv"}, model, B, prompt_len, new_tokens, repeat));
       rows.push_back(run({"libtorch", false, false, greedy}, model, B, prompt_len, new_tokens, repeat));
       if (sample) rows.push_back(run({"llmtrain-sample", true, true, warm}, model, B, prompt_len, new_tokens, repeat));
     }

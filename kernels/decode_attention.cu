@@ -1,4 +1,5 @@
-// A block of 8 warps per (head, row). A head's row of D elements is L lanes' 16-byte packs, so a warp
+// A block of 8 warps per (head, row), launched as a programmatic dependent launch (common.cuh) so that
+// its start overlaps the end of the projection before it. A head's row of D elements is L lanes' 16-byte packs, so a warp
 // holds 32 / L positions at once and the block 8 * 32 / L; each thread walks its positions two at a time
 // (their loads issued together), keeping a running maximum, sum and weighted value sum for its pack.
 // The new token's key and value are read from the projection, not from the cache the block writes them
@@ -31,6 +32,8 @@ __global__ void __launch_bounds__(kThreads)
   const T* k_new = q_row + C;
   const T* v_new = q_row + 2 * C;
   T* o = out + b * C + h * D;
+  let_dependents_start();  // the output projection after may fetch its weights meanwhile
+  wait_for_previous_kernel();
   const int64_t p = pos[b];
   if (p < 0 || p >= S) {
     if (threadIdx.x < L) {
@@ -147,11 +150,13 @@ cudaError_t launch_decode_attention(const void* qkv, int64_t qkv_stride, void* k
     return cudaErrorInvalidValue;
   const float scale_log2 = float(1.4426950408889634 / std::sqrt(double(D)));
   const dim3 grid{static_cast<unsigned>(H), static_cast<unsigned>(B)};
+  cudaError_t launched = cudaSuccess;
   with_element_type(dtype, [&](auto* t) {
     using E = std::remove_pointer_t<decltype(t)>;
     const auto go = [&](auto kernel) {
-      kernel<<<grid, kThreads, 0, stream>>>(static_cast<const E*>(qkv), qkv_stride, static_cast<E*>(k_cache),
-                                            static_cast<E*>(v_cache), pos, int(H), S, scale_log2, static_cast<E*>(out));
+      launched = launch_dependent(kernel, grid, dim3(kThreads), 0, stream, static_cast<const E*>(qkv), qkv_stride,
+                                  static_cast<E*>(k_cache), static_cast<E*>(v_cache), pos, int(H), S, scale_log2,
+                                  static_cast<E*>(out));
     };
     switch (D / pack_elements(dtype)) {
       case 4: go(decode_attention_kernel<E, 4>); break;
@@ -160,7 +165,7 @@ cudaError_t launch_decode_attention(const void* qkv, int64_t qkv_stride, void* k
       default: go(decode_attention_kernel<E, 32>); break;
     }
   });
-  return cudaGetLastError();
+  return launched != cudaSuccess ? launched : cudaGetLastError();
 }
 
 }  // namespace llmtrain::kernels

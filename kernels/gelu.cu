@@ -13,9 +13,6 @@ namespace llmtrain::kernels {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr float kBeta = 0.7978845608028654f;  // sqrt(2 / pi)
-constexpr float kKappa = 0.044715f;
-
 constexpr int kUnroll = 2;
 
 template <int P>
@@ -24,25 +21,9 @@ __host__ __device__ constexpr int64_t tile_elements() {  // what a block takes a
 }
 
 template <typename T>
-__device__ __forceinline__ float tanh_for(float x) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    float y;
-    asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-  } else {
-    return tanhf(x);
-  }
-}
-
-template <typename T>
-__device__ __forceinline__ float gelu(float x) {
-  return 0.5f * x * (1.f + tanh_for<T>(kBeta * (x + kKappa * x * x * x)));
-}
-
-template <typename T>
 __device__ __forceinline__ float gelu_grad(float x) {
-  const float x2 = x * x, t = tanh_for<T>(kBeta * (x + kKappa * x2 * x));
-  return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * kBeta * (1.f + 3.f * kKappa * x2);
+  const float x2 = x * x, t = tanh_for<T>(kGeluBeta * (x + kGeluKappa * x2 * x));
+  return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * kGeluBeta * (1.f + 3.f * kGeluKappa * x2);
 }
 
 // Forward: a = x (b unused). Backward: a = dy, b = x.

@@ -37,7 +37,7 @@ for part in $parts; do
            grep -E 'tests passed|FAILED|Failed' "$log/tests.log" | tee -a "$log/summary.txt" ;;
     kernels) timed kernels build/bin/bench_kernels --iters 20; tail -12 "$log/kernels.log" ;;
     train) timed train build/bin/bench_train --steps 15 --warmup 3 ${BENCH_TRAIN_ARGS:-}; tail -12 "$log/train.log" ;;
-    generate) timed generate build/bin/bench_generate --sample; tail -14 "$log/generate.log" ;;
+    generate) timed generate build/bin/bench_generate --sample; tail -16 "$log/generate.log" ;;
     hfgen)
       prompt="[3666, 5891, 4841]"  # "My fellow Americans"
       rm -rf runs/sotu_hf

@@ -7,6 +7,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include "dtype.h"
 
@@ -73,6 +75,55 @@ inline void with_element_type(DType dtype, F&& f) {
     case DType::kBFloat16: f(static_cast<__nv_bfloat16*>(nullptr)); break;
     case DType::kFloat16: f(static_cast<__half*>(nullptr)); break;
   }
+}
+
+/// Launches `kernel` as a programmatic dependent launch: its blocks may start before the kernel ahead
+/// of it on the stream has finished, once that one's blocks have all run let_dependents_start() (or
+/// ended). Such a kernel must run wait_for_previous_kernel() before it reads what the kernels before
+/// wrote or writes anything; what it does above that call (fetching constant weights) overlaps them.
+template <typename... Params, typename... Args>
+cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
+                             cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+/// Lets the next kernel on the stream, if launched by launch_dependent, start its blocks now.
+__device__ __forceinline__ void let_dependents_start() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
+/// Waits until the kernels before this one on the stream have finished and their writes are visible
+/// (at once in a kernel not launched by launch_dependent).
+__device__ __forceinline__ void wait_for_previous_kernel() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
+/// tanh for T's GELU: bf16 takes the tanh.approx instruction (relative error ~2^-11, under bf16's
+/// rounding); float32 and fp16, whose rounding is finer than that error, take tanhf.
+template <typename T>
+__device__ __forceinline__ float tanh_for(float x) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    float y;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+  } else {
+    return tanhf(x);
+  }
+}
+
+constexpr float kGeluBeta = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluKappa = 0.044715f;
+
+/// GELU, tanh approximation, for a result stored as T.
+template <typename T>
+__device__ __forceinline__ float gelu(float x) {
+  return 0.5f * x * (1.f + tanh_for<T>(kGeluBeta * (x + kGeluKappa * x * x * x)));
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

@@ -100,23 +100,18 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x, const Lay
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
   const int64_t H = cfg.n_head(), D = cfg.head_dim();
   const auto qkv = ops::linear(x, c_attn->weight, c_attn->bias);  // (B, T, 3C)
-  torch::Tensor y;
-  if (cache && cache->positions.defined()) {  // one token per row, against the cache
-    LLMTRAIN_CHECK(T == 1, "CausalSelfAttention: a decode step takes one token per row, got ", T);
-    y = ops::decode_attention(qkv.view({B, 3 * C}), cache->k, cache->v, cache->positions).view({B, 1, C});
-  } else {
-    const auto parts = qkv.split(C, /*dim=*/-1);          // 3 x (B, T, C)
-    const auto heads = [&](const torch::Tensor& t) {      // (B, T, C) -> (B, H, T, D)
-      return t.view({B, T, H, D}).transpose(1, 2);
-    };
-    const auto q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
-    if (cache) {  // a prefill: positions [0, T) of every row
-      cache->k.narrow(2, 0, T).copy_(k);
-      cache->v.narrow(2, 0, T).copy_(v);
-    }
-    const double p = is_training() ? cfg.dropout() : 0.0;
-    y = ops::attention(q, k, v, p).transpose(1, 2).reshape({B, T, C});  // (B, H, T, D) -> (B, T, C)
+  const auto parts = qkv.split(C, /*dim=*/-1);                     // 3 x (B, T, C)
+  const auto heads = [&](const torch::Tensor& t) {                 // (B, T, C) -> (B, H, T, D)
+    return t.view({B, T, H, D}).transpose(1, 2);
+  };
+  const auto q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
+  if (cache) {  // a prefill: positions [0, T) of every row
+    LLMTRAIN_CHECK(!cache->positions.defined(), "CausalSelfAttention: a decode step goes through Block");
+    cache->k.narrow(2, 0, T).copy_(k);
+    cache->v.narrow(2, 0, T).copy_(v);
   }
+  const double p = is_training() ? cfg.dropout() : 0.0;
+  const auto y = ops::attention(q, k, v, p).transpose(1, 2).reshape({B, T, C});  // (B, H, T, D) -> (B, T, C)
   return maybe_dropout(ops::linear(y, c_proj->weight, c_proj->bias), cfg.dropout(), is_training());
 }
 
@@ -152,9 +147,26 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
 
 std::pair<torch::Tensor, torch::Tensor> BlockImpl::forward_residual(const torch::Tensor& x, const torch::Tensor& delta,
                                                                     const LayerCache* cache) {
+  if (cache && cache->positions.defined()) return decode_residual(x, delta, *cache);
   const auto [in, a] = add_norm(ln_1, x, delta);  // in = x + delta, a = ln_1(in)
   const auto [h, m] = add_norm(ln_2, in, attn->forward(a, cache));
   return {h, mlp(m)};
+}
+
+// A decode step: each norm folded into the product after it (ops::norm_linear), five launches a layer
+// on CUDA at small batches.
+std::pair<torch::Tensor, torch::Tensor> BlockImpl::decode_residual(const torch::Tensor& x, const torch::Tensor& delta,
+                                                                   const LayerCache& cache) {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
+  LLMTRAIN_CHECK(T == 1, "Block: a decode step takes one token per row, got ", T);
+  const auto& sa = *attn;
+  const auto& ff = *mlp;
+  const auto [in, qkv] = ops::norm_linear(x, delta, ln_1->weight, ln_1->bias, ln_1->options.eps(), sa.c_attn->weight,
+                                          sa.c_attn->bias, /*gelu=*/false);
+  const auto y = ops::decode_attention(qkv.view({B, 3 * C}), cache.k, cache.v, cache.positions).view({B, 1, C});
+  const auto [h, f] = ops::norm_linear(in, ops::linear(y, sa.c_proj->weight, sa.c_proj->bias), ln_2->weight,
+                                       ln_2->bias, ln_2->options.eps(), ff.c_fc->weight, ff.c_fc->bias, /*gelu=*/true);
+  return {h, ops::linear(f, ff.c_proj->weight, ff.c_proj->bias)};
 }
 
 // ---- KVCache ------------------------------------------------------------------------------------
@@ -192,6 +204,12 @@ void GPT2TransformerImpl::reset() {
 }
 
 torch::Tensor GPT2TransformerImpl::forward(const torch::Tensor& idx, KVCache* cache, const torch::Tensor& positions) {
+  const auto [x, delta] = forward_residual(idx, cache, positions);
+  return add_norm(ln_f, x, delta).second;
+}
+
+std::pair<torch::Tensor, torch::Tensor> GPT2TransformerImpl::forward_residual(const torch::Tensor& idx, KVCache* cache,
+                                                                              const torch::Tensor& positions) {
   torch::Tensor x = ops::embedding(idx, wte->weight, wpe->weight, cfg.vocab_size(), ids, positions);  // (B, T, C)
   x = maybe_dropout(x, cfg.dropout(), is_training());
   // Each block's last residual add is left pending and fused with the next layer norm.
@@ -201,7 +219,7 @@ torch::Tensor GPT2TransformerImpl::forward(const torch::Tensor& idx, KVCache* ca
     if (cache) layer = {cache->k[i], cache->v[i], positions};
     std::tie(x, delta) = h[i]->as<BlockImpl>()->forward_residual(x, delta, cache ? &layer : nullptr);
   }
-  return add_norm(ln_f, x, delta).second;
+  return {x, delta};
 }
 
 // ---- GPT2 ---------------------------------------------------------------------------------------
@@ -293,8 +311,11 @@ torch::Tensor GPT2Impl::decode(const torch::Tensor& idx, const torch::Tensor& po
                  positions.scalar_type(), " on ", positions.device());
   check_cache(cfg, cache, B, idx.device(), "decode");
   torch::NoGradGuard no_grad;
-  const torch::Tensor x = transformer(idx.view({B, 1}), &cache, positions).view({B, cfg.n_embd()});  // (B, C)
-  return torch::nn::functional::linear(x, transformer->wte->weight).narrow(-1, 0, cfg.vocab_size());
+  const auto [x, delta] = transformer->forward_residual(idx.view({B, 1}), &cache, positions);  // (B, 1, C) each
+  const auto& ln = transformer->ln_f;
+  const auto logits = ops::norm_linear(x, delta, ln->weight, ln->bias, ln->options.eps(), transformer->wte->weight,
+                                       {}, /*gelu=*/false).second;  // (B, 1, padded V)
+  return logits.view({B, -1}).narrow(-1, 0, cfg.vocab_size());
 }
 
 int64_t GPT2Impl::num_parameters() const {

@@ -79,6 +79,13 @@ bool forward_product(const at::Tensor& x, const at::Tensor& w, const at::Tensor&
 /// the product's epilogue where cuBLASLt has one for the shape.
 void linear_weight_grads(const at::Tensor& x, const at::Tensor& dy, at::Tensor& dw, at::Tensor* db);
 
+/// y (..., N) = act(in W^T + b) on the few-row kernel (kernels/gemv.cuh), in = x or, given ln_weight
+/// and ln_bias, layer_norm(x + delta) (delta and bias may be undefined); sum = x + delta (x itself
+/// without delta). False, launching nothing, when the kernel does not take them: more than
+/// kernels::kGemvMaxRows rows, a row width it cannot fit, tensors not all CUDA of one dtype.
+bool gemv(const at::Tensor& x, const at::Tensor& delta, const at::Tensor& ln_weight, const at::Tensor& ln_bias,
+          double eps, const at::Tensor& weight, const at::Tensor& bias, bool gelu, at::Tensor& sum, at::Tensor& y);
+
 /// True when the cuBLASLt products take this layer: CUDA tensors of one dtype (float32, bf16, fp16),
 /// the weight's both sizes multiples of 8. Both ops::linear's and ops::mlp's layers.
 bool linear_supported(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);

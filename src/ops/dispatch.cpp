@@ -9,12 +9,12 @@
 namespace llmtrain::ops {
 namespace {
 
-constexpr std::array<const char*, 8> kNames = {"embedding", "layer_norm",    "gelu",  "linear",
-                                               "mlp",       "cross_entropy", "adamw", "decode_attention"};
+constexpr std::array<const char*, 9> kNames = {"embedding", "layer_norm", "gelu",  "linear",           "mlp",
+                                               "gemv",      "cross_entropy", "adamw", "decode_attention"};
 std::atomic<bool> g_enabled{LLMTRAIN_WITH_CUDA != 0};
 // The MLP's cuBLASLt epilogues start off: on the H200 the fused MLP took 1.02 ms against ATen's
 // 0.87 (products + GELU kernel) for GPT-2 124M's layer, forward and backward (benchmarks/README.md).
-std::array<std::atomic<bool>, kNames.size()> g_op_enabled{true, true, true, true, false, true, true, true};
+std::array<std::atomic<bool>, kNames.size()> g_op_enabled{true, true, true, true, false, true, true, true, true};
 
 size_t index_of(const std::string& op) {
   for (size_t i = 0; i < kNames.size(); ++i)

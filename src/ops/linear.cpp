@@ -6,19 +6,29 @@
 #include "llmtrain/config.h"
 #include "llmtrain/core/error.h"
 #include "llmtrain/ops/dispatch.h"
+#include "llmtrain/ops/gelu.h"
+#include "llmtrain/ops/layer_norm.h"
 #if LLMTRAIN_WITH_CUDA
 #include "cuda_ops.h"
 #endif
 
 namespace llmtrain::ops {
 
-at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
-  LLMTRAIN_CHECK(x.dim() >= 1, "linear: x must have at least 1 dimension, got ", x.sizes());
-  LLMTRAIN_CHECK(weight.dim() == 2 && weight.size(1) == x.size(-1), "linear: weight must be (out, ", x.size(-1),
+namespace {
+
+void check_layer(const char* what, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  LLMTRAIN_CHECK(x.dim() >= 1, what, ": x must have at least 1 dimension, got ", x.sizes());
+  LLMTRAIN_CHECK(weight.dim() == 2 && weight.size(1) == x.size(-1), what, ": weight must be (out, ", x.size(-1),
                  ") to match x ", x.sizes(), ", got ", weight.sizes());
   if (bias.defined())
-    LLMTRAIN_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), "linear: bias must be (", weight.size(0),
+    LLMTRAIN_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), what, ": bias must be (", weight.size(0),
                    "), got ", bias.sizes());
+}
+
+}  // namespace
+
+at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  check_layer("linear", x, weight, bias);
 #if LLMTRAIN_WITH_CUDA
   if (bias.defined() && cuda_kernel_enabled("linear")) {
     const auto t = detail::autocast_like_linear({x, weight, bias});
@@ -26,6 +36,36 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
   }
 #endif
   return at::linear(x, weight, bias);
+}
+
+std::pair<at::Tensor, at::Tensor> norm_linear(const at::Tensor& x, const at::Tensor& delta, const at::Tensor& ln_weight,
+                                              const at::Tensor& ln_bias, double eps, const at::Tensor& weight,
+                                              const at::Tensor& bias, bool gelu) {
+  check_layer("norm_linear", x, weight, bias);
+  LLMTRAIN_CHECK(!at::GradMode::is_enabled() ||
+                     !(x.requires_grad() || (delta.defined() && delta.requires_grad()) || ln_weight.requires_grad() ||
+                       ln_bias.requires_grad() || weight.requires_grad() || (bias.defined() && bias.requires_grad())),
+                 "norm_linear has no backward; call it under torch::NoGradGuard");
+#if LLMTRAIN_WITH_CUDA
+  const bool autocast = at::autocast::is_autocast_enabled(at::kCUDA);
+  if (x.is_cuda() && !autocast && cuda_kernel_enabled("gemv") && ln_weight.dim() == 1 &&
+      ln_weight.size(0) == x.size(-1) && ln_bias.sizes() == ln_weight.sizes() &&
+      (!delta.defined() || delta.sizes() == x.sizes())) {
+    at::Tensor h, y;
+    if (cuda::gemv(x, delta, ln_weight, ln_bias, eps, weight, bias, gelu, h, y)) return {h, y};
+  }
+#endif
+  auto [h, a] = add_layer_norm(x, delta, ln_weight, ln_bias, eps);
+  if (!gelu) return {h, linear(a, weight, bias)};
+#if LLMTRAIN_WITH_CUDA
+  if (!autocast && bias.defined() && cuda_kernel_enabled("linear") && cuda::linear_supported(a, weight, bias)) {
+    at::Tensor y, aux = at::empty({a.numel() / a.size(-1), weight.size(0)}, a.options());
+    if (cuda::forward_product(cuda::packed(a), cuda::packed(weight), cuda::packed(bias),
+                              kernels::Epilogue::kGeluAuxBias, y, aux))
+      return {h, y};
+  }
+#endif
+  return {h, ops::gelu(linear(a, weight, bias))};
 }
 
 }  // namespace llmtrain::ops

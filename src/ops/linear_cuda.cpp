@@ -11,9 +11,11 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <torch/autograd.h>
 
+#include "../../kernels/gemv.cuh"
 #include "cuda_ops.h"
 #include "llmtrain/core/cuda_check.h"
 #include "llmtrain/core/error.h"
+#include "llmtrain/ops/dispatch.h"
 
 namespace llmtrain::ops::cuda {
 
@@ -62,6 +64,41 @@ bool forward_product(const at::Tensor& x, const at::Tensor& w, const at::Tensor&
   return lt_matmul(out, N, in, w, in, /*trans_a=*/true, x, in, false, y, epilogue, b, aux);
 }
 
+bool gemv(const at::Tensor& x, const at::Tensor& delta, const at::Tensor& ln_weight, const at::Tensor& ln_bias,
+          double eps, const at::Tensor& weight, const at::Tensor& bias, bool gelu, at::Tensor& sum, at::Tensor& y) {
+  const int64_t K = weight.size(1), N = weight.size(0), M = x.numel() / std::max<int64_t>(K, 1);
+  const auto t = x.scalar_type();
+  if (!(t == at::kFloat || t == at::kBFloat16 || t == at::kHalf) || !kernels::gemv_fits(kernel_dtype(x, "gemv"), M, K))
+    return false;
+  for (const at::Tensor* o : {&x, &delta, &ln_weight, &ln_bias, &weight, &bias})
+    if (o->defined() && (!o->is_cuda() || o->scalar_type() != t || o->device() != x.device())) return false;
+  const at::Tensor xp = packed(x), dp = delta.defined() ? packed(delta) : at::Tensor(), wp = packed(weight);
+  auto sizes = x.sizes().vec();
+  sizes.back() = N;
+  y = at::empty(sizes, x.options());
+  sum = delta.defined() ? at::empty_like(xp) : x;
+  kernels::GemvArgs a;
+  a.M = M;
+  a.N = N;
+  a.K = K;
+  a.dtype = kernel_dtype(x, "gemv");
+  a.x = xp.data_ptr();
+  a.delta = dp.defined() ? dp.data_ptr() : nullptr;
+  a.sum = dp.defined() ? sum.data_ptr() : nullptr;
+  const at::Tensor gw = ln_weight.defined() ? ln_weight.contiguous() : at::Tensor(),
+                   gb = ln_bias.defined() ? ln_bias.contiguous() : at::Tensor(),
+                   b = bias.defined() ? bias.contiguous() : at::Tensor();
+  a.ln_weight = gw.defined() ? gw.data_ptr() : nullptr;
+  a.ln_bias = gb.defined() ? gb.data_ptr() : nullptr;
+  a.eps = float(eps);
+  a.w = wp.data_ptr();
+  a.bias = b.defined() ? b.data_ptr() : nullptr;
+  a.gelu = gelu;
+  a.y = y.data_ptr();
+  LLMTRAIN_CUDA_CHECK(kernels::launch_gemv(a, at::cuda::getCurrentCUDAStream()));
+  return true;
+}
+
 namespace {
 
 struct LinearFn : torch::autograd::Function<LinearFn> {
@@ -102,7 +139,8 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
   // Without a gradient to keep (generation), the bias add is cuBLASLt's epilogue at every row count:
   // ATen's addmm adds it in a pass of its own for a single row, the decode step's shape at batch 1.
   if (!at::GradMode::is_enabled() || !(x.requires_grad() || weight.requires_grad() || bias.requires_grad())) {
-    at::Tensor y;
+    at::Tensor y, x_again;
+    if (cuda_kernel_enabled("gemv") && gemv(x, {}, {}, {}, 0.0, weight, bias, false, x_again, y)) return y;
     if (forward_product(packed(x), packed(weight), packed(bias), kernels::Epilogue::kBias, y)) return y;
   }
   return LinearFn::apply(x, weight, bias);

@@ -174,6 +174,32 @@ TEST(OpsLinear, IsItsFormulaAndNamesBadShapes) {
   llmtrain::testing::expect_error([&] { ops::linear(x, w, b.narrow(0, 0, 5)); }, {"linear: bias must be (24)"});
 }
 
+TEST(OpsNormLinear, IsTheSumItsNormAndTheLayerAndNamesBadInput) {
+  torch::NoGradGuard no_grad;
+  const auto x = torch::randn({3, 1, 16}, kF64), d = torch::randn({3, 1, 16}, kF64);
+  const auto g = 1 + 0.1 * torch::randn({16}, kF64), c = 0.1 * torch::randn({16}, kF64);
+  const auto w = 0.3 * torch::randn({24, 16}, kF64), b = torch::randn({24}, kF64);
+  const auto h = x + d;
+  const auto n = (h - h.mean(-1, true)) / (h.var(-1, false, true) + 1e-5).sqrt() * g + c;
+  const auto y = torch::matmul(n, w.t()) + b;
+  const auto [h1, y1] = ops::norm_linear(x, d, g, c, 1e-5, w, b, /*gelu=*/false);
+  EXPECT_LT(max_abs_diff(h1, h), 1e-12);
+  EXPECT_LT(max_abs_diff(y1, y), 1e-12);
+  const auto [h2, y2] = ops::norm_linear(x, {}, g, c, 1e-5, w, {}, /*gelu=*/true);  // no delta, no bias
+  EXPECT_TRUE(h2.is_same(x));
+  const auto n2 = (x - x.mean(-1, true)) / (x.var(-1, false, true) + 1e-5).sqrt() * g + c;
+  EXPECT_LT(max_abs_diff(y2, torch::gelu(torch::matmul(n2, w.t()), "tanh")), 1e-12);
+  llmtrain::testing::expect_error([&] { ops::norm_linear(x, d, g, c, 1e-5, w.t(), b, false); },
+                                  {"norm_linear: weight must be (out, 16)"});
+  llmtrain::testing::expect_error([&] { ops::norm_linear(x, d, g.narrow(0, 0, 8), c, 1e-5, w, b, false); },
+                                  {"layer_norm: weight must be (16)"});
+  torch::GradMode::set_enabled(true);
+  const auto wg = w.clone().requires_grad_();
+  llmtrain::testing::expect_error([&] { ops::norm_linear(x, d, g, c, 1e-5, wg, b, false); },
+                                  {"norm_linear has no backward"});
+  torch::GradMode::set_enabled(false);
+}
+
 TEST(OpsDispatch, OneOpsKernelTurnsOffByName) {
   EXPECT_FALSE(ops::cuda_kernel_enabled("mlp"));  // off at start: slower than ATen's products
   ops::set_cuda_kernel_enabled("mlp", true);
@@ -183,7 +209,7 @@ TEST(OpsDispatch, OneOpsKernelTurnsOffByName) {
   EXPECT_EQ(ops::cuda_kernel_enabled("layer_norm"), ops::cuda_kernels_enabled());
   ops::set_cuda_kernel_enabled("gelu", true);
   ops::set_cuda_kernel_enabled("mlp", false);
-  EXPECT_EQ(ops::cuda_kernel_names().size(), 8u);
+  EXPECT_EQ(ops::cuda_kernel_names().size(), 9u);
   llmtrain::testing::expect_error([] { ops::set_cuda_kernel_enabled("softmax", false); },
                                   {"\"softmax\"", "layer_norm", "cross_entropy"});
 }

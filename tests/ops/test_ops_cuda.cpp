@@ -504,6 +504,52 @@ TEST(OpsLinear, ProductsMatchReferenceWithContiguousWeightGrads_CUDA) {
         }
 }
 
+// The few-row kernel (kernels/gemv.cuh), alone and with the residual add, norm and GELU folded in,
+// against float64 on the CPU: rows 1 to 4 (3 rounds up to the kernel's 4), widths that leave the last
+// turn of packs partial and an odd count of weight rows, with and without delta and bias; 5 rows take
+// cuBLASLt and must agree too.
+TEST(OpsNormLinear, FewRowKernelMatchesReference_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  torch::NoGradGuard no_grad;
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf})
+    for (int64_t rows : {1, 2, 3, 4, 5})
+      for (const auto& [in, out] : std::vector<std::pair<int64_t, int64_t>>{{64, 40}, {768, 2303}, {3072, 768}, {200, 50304}})
+        for (const int variant : {0, 1, 2}) {  // 0: linear only; 1: norm, delta, GELU; 2: norm, no delta, no bias
+          SCOPED_TRACE(testing::Message() << dtype << " rows " << rows << " in " << in << " out " << out << " variant "
+                                          << variant);
+          const auto make = [&](std::vector<int64_t> shape, double scale, double shift = 0) {
+            return (shift + scale * torch::randn(shape, torch::kDouble)).to(dtype);
+          };
+          const auto x = make({rows, 1, in}, 1.0), d = make({rows, 1, in}, 1.0), g = make({in}, 0.1, 1.0),
+                     c = make({in}, 0.1), w = make({out, in}, 1.0 / std::sqrt(double(in))), b = make({out}, 0.5);
+          const auto X = [](const torch::Tensor& t) { return t.to(torch::kDouble); };
+          const double tol = product_tolerance(dtype);
+          if (variant == 0) {
+            const auto want = ops::linear(X(x), X(w), X(b));
+            expect_near(ops::linear(x.cuda(), w.cuda(), b.cuda()), want, tol, "y");
+            continue;
+          }
+          const bool delta = variant == 1, bias = variant == 1;
+          // The reference sums x + delta in the dtype, as the kernel stores it.
+          const auto h = delta ? (x + d) : x;
+          const auto [rh, ry] = ops::norm_linear(X(h), {}, X(g), X(c), 1e-5, X(w), bias ? X(b) : torch::Tensor(), delta);
+          const auto [gh, gy] = ops::norm_linear(x.cuda(), delta ? d.cuda() : torch::Tensor(), g.cuda(), c.cuda(), 1e-5,
+                                                 w.cuda(), bias ? b.cuda() : torch::Tensor(), delta);
+          ASSERT_EQ(gy.scalar_type(), dtype);
+          EXPECT_EQ(gy.sizes(), (std::vector<int64_t>{rows, 1, out}));
+          EXPECT_TRUE(torch::equal(gh.cpu(), h)) << "h = x + delta as stored";
+          expect_near(gy, ry, tol, "y");
+        }
+  // Off, the same call takes the norm kernel and cuBLASLt.
+  ops::set_cuda_kernel_enabled("gemv", false);
+  const auto x = torch::randn({1, 768}).cuda().to(torch::kBFloat16), w = torch::randn({96, 768}).cuda().to(x.scalar_type());
+  const auto g = torch::ones({768}, x.options()), c = torch::zeros({768}, x.options());
+  const auto off = ops::norm_linear(x, x, g, c, 1e-5, w, {}, false).second;
+  ops::set_cuda_kernel_enabled("gemv", true);
+  const auto on = ops::norm_linear(x, x, g, c, 1e-5, w, {}, false).second;
+  expect_near(on, off.to(torch::kCPU, torch::kDouble), tolerance(torch::kBFloat16), "kernel against cuBLASLt");
+}
+
 TEST(OpsLinear, AutocastCastsLikeATen_CUDA) {
   LLMTRAIN_SKIP_WITHOUT_CUDA();
   const auto cuda = torch::TensorOptions().device(torch::kCUDA);

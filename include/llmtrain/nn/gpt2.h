@@ -74,7 +74,8 @@ class CausalSelfAttentionImpl : public torch::nn::Cloneable<CausalSelfAttentionI
  public:
   explicit CausalSelfAttentionImpl(GPT2Config cfg);
   void reset() override;
-  /// `cache`: read and write keys and values there (generation; see LayerCache).
+  /// `cache`: a prefill's, whose keys and values are stored there (a decode step goes through
+  /// Block::decode_residual).
   torch::Tensor forward(const torch::Tensor& x, const LayerCache* cache = nullptr);  // (B, T, C) -> (B, T, C)
 
   GPT2Config cfg;
@@ -106,6 +107,9 @@ class BlockImpl : public torch::nn::Cloneable<BlockImpl> {
   /// undefined), returning {h, mlp branch}: their sum is the output, left for the next block's ln_1.
   std::pair<torch::Tensor, torch::Tensor> forward_residual(const torch::Tensor& x, const torch::Tensor& delta,
                                                            const LayerCache* cache = nullptr);
+  /// forward_residual's decode step (cache.positions defined, one token a row).
+  std::pair<torch::Tensor, torch::Tensor> decode_residual(const torch::Tensor& x, const torch::Tensor& delta,
+                                                          const LayerCache& cache);
 
   GPT2Config cfg;
   torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
@@ -124,6 +128,10 @@ class GPT2TransformerImpl : public torch::nn::Cloneable<GPT2TransformerImpl> {
   /// of one token per row at those positions; see LayerCache).
   torch::Tensor forward(const torch::Tensor& idx, KVCache* cache = nullptr,
                         const torch::Tensor& positions = {});  // (B, T) int64 -> (B, T, C)
+  /// forward before the final norm: {x, delta}, the last block's residual add left pending (delta
+  /// undefined when there is no block); forward is ln_f(x + delta).
+  std::pair<torch::Tensor, torch::Tensor> forward_residual(const torch::Tensor& idx, KVCache* cache = nullptr,
+                                                           const torch::Tensor& positions = {});
 
   GPT2Config cfg;
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};  // (padded V, C), (block_size, C)

@@ -24,7 +24,8 @@ bool cuda_kernels_enabled();
 void set_cuda_kernel_enabled(const std::string& op, bool enabled);
 /// Whether `op`'s CUDA path is on: its own switch and the process-wide one.
 bool cuda_kernel_enabled(const std::string& op);
-/// The ops with a CUDA path of llmtrain's: embedding, layer_norm, gelu, linear, mlp, cross_entropy, adamw,
+/// The ops with a CUDA path of llmtrain's: embedding, layer_norm, gelu, linear, mlp, gemv (the few-row
+/// products of ops::linear and ops::norm_linear without a gradient), cross_entropy, adamw,
 /// decode_attention.
 std::vector<std::string> cuda_kernel_names();
 

@@ -2,15 +2,34 @@
 // ops/dispatch.h on) it runs on packed rows flattened to one matrix, with ATen's product and bias
 // epilogue forward, ATen's product for dx, and the bias gradient folded into the weight gradient's
 // cuBLASLt product (no column-sum pass over dy); weight gradients come out contiguous. Elsewhere it is
-// at::linear. Under CUDA autocast the operands are cast as ATen's autocast casts a linear's.
+// at::linear. Without a gradient, at most four rows (a decode step) take the few-row kernel of
+// kernels/gemv.cuh ("gemv" switch). Under CUDA autocast the operands are cast as ATen's autocast casts a linear's.
 #pragma once
 
 #include <ATen/core/Tensor.h>
+
+#include <utility>
 
 namespace llmtrain::ops {
 
 /// x (..., in), weight (out, in), bias (out) or undefined -> (..., out).
 ///   auto qkv = llmtrain::ops::linear(x, c_attn->weight, c_attn->bias);
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
+
+/// The linear layer after a pre-norm block's residual add and layer norm, for inference (no backward:
+/// call it under torch::NoGradGuard): {h, act(layer_norm(h) W^T + b)} with h = x + delta (delta
+/// undefined: h = x) and act the tanh GELU when `gelu`, else none; bias may be undefined. On CUDA with
+/// at most four rows (a decode step) it is one kernel, which cuBLAS's products cannot fold the norm
+/// into; elsewhere ops::add_layer_norm, then ops::linear (on CUDA the GELU in the product's epilogue).
+///   auto [h, qkv] = llmtrain::ops::norm_linear(x, delta, ln_1->weight, ln_1->bias, 1e-5, c_attn->weight,
+///                                              c_attn->bias, /*gelu=*/false);
+std::pair<at::Tensor, at::Tensor> norm_linear(const at::Tensor& x,          // (..., in)
+                                              const at::Tensor& delta,      // x's shape, or undefined
+                                              const at::Tensor& ln_weight,  // (in)
+                                              const at::Tensor& ln_bias,    // (in)
+                                              double eps,
+                                              const at::Tensor& weight,  // (out, in)
+                                              const at::Tensor& bias,    // (out) or undefined
+                                              bool gelu);
 
 }  // namespace llmtrain::ops

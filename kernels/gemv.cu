@@ -1,0 +1,201 @@
+// Blocks of 4 warps. The kernel is launched as a programmatic dependent launch: its blocks may start
+// while the kernel before it on the stream still runs (each block lets the next kernel start as soon as
+// it begins), fetch the weight rows of their first turn into L2, and only then wait for the kernel
+// before to finish; in a chain of these products (a decode step) the next layer's weights load while
+// this one computes. After the wait each block stages its input rows in shared memory as the dtype
+// (warp m row m: x + delta, rounded as stored, then normalised in two passes over the staged row). Then each warp takes two weight rows
+// at a time: lane l reads packs l, l + 32, ... of both, four packs of each row in flight, and keeps
+// M x 2 float sums, added across the warp by shuffles at the end. The grid is capped at a few blocks an
+// SM, so that a wide layer (the classifier) pays the staging only a few times per SM.
+#include <algorithm>
+#include <type_traits>
+
+#include "common/common.cuh"
+#include "gemv.cuh"
+
+namespace llmtrain::kernels {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kRowsPerWarp = 2;  // weight rows a warp takes at a time
+constexpr int kUnroll = 4;       // packs of each row a lane has in flight
+constexpr int kBlocksPerSM = 8;
+constexpr int64_t kStageBytes = 48 * 1024;
+
+template <typename T>
+struct Params {
+  int M, K;
+  int64_t N;
+  const T* x;
+  const T* delta;
+  T* sum;
+  const T* ln_weight;
+  const T* ln_bias;
+  float eps;
+  const T* w;
+  const T* bias;
+  bool gelu;
+  T* y;
+};
+
+template <typename T, int MT, bool kNorm>
+__global__ void __launch_bounds__(kThreads) gemv_kernel(const Params<T> p) {
+  constexpr int P = 16 / sizeof(T), R = kRowsPerWarp;
+  extern __shared__ __align__(16) unsigned char stage_bytes[];
+  T* in = reinterpret_cast<T*>(stage_bytes);  // (M, K)
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, packs = p.K / P;
+  const int64_t first = (int64_t(blockIdx.x) * kWarps + warp) * R, stride = int64_t(gridDim.x) * kWarps * R;
+
+  let_dependents_start();
+  for (int r = 0; r < R; ++r)  // the first turn's weights, towards L2 while the kernel before finishes
+    if (first + r < p.N)
+      for (int c = lane; c < packs; c += 32)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(p.w + (first + r) * p.K + int64_t(c) * P));
+  wait_for_previous_kernel();  // nothing the kernels before wrote is read above, nor anything written
+
+  if (warp < p.M) {
+    const int64_t row = int64_t(warp) * p.K;
+    T* s = in + row;
+    float total = 0.f;
+    for (int c = lane; c < packs; c += 32) {
+      float v[P];
+      load_floats<P>(p.x + row + c * P, v);
+      if (p.delta != nullptr) {
+        float d[P];
+        load_floats<P>(p.delta + row + c * P, d);
+#pragma unroll
+        for (int i = 0; i < P; ++i) v[i] = to_float(from_float<T>(v[i] + d[i]));
+        if (blockIdx.x == 0) store_floats<P>(p.sum + row + c * P, v);
+      }
+      store_floats<P>(s + c * P, v);
+#pragma unroll
+      for (int i = 0; i < P; ++i) total += v[i];
+    }
+    if constexpr (kNorm) {
+      const float mean = warp_sum(total) / float(p.K);
+      float sq = 0.f;
+      for (int c = lane; c < packs; c += 32) {  // each lane rereads only the packs it wrote
+        float v[P];
+        load_floats<P>(s + c * P, v);
+#pragma unroll
+        for (int i = 0; i < P; ++i) sq += (v[i] - mean) * (v[i] - mean);
+      }
+      const float rstd = rsqrtf(warp_sum(sq) / float(p.K) + p.eps);
+      for (int c = lane; c < packs; c += 32) {
+        float v[P], g[P], b[P];
+        load_floats<P>(s + c * P, v);
+        load_floats<P>(p.ln_weight + c * P, g);
+        load_floats<P>(p.ln_bias + c * P, b);
+#pragma unroll
+        for (int i = 0; i < P; ++i) v[i] = (v[i] - mean) * rstd * g[i] + b[i];
+        store_floats<P>(s + c * P, v);
+      }
+    }
+  }
+  __syncthreads();
+
+  for (int64_t n0 = first; n0 < p.N; n0 += stride) {
+    float acc[R][MT] = {};
+    for (int c0 = 0; c0 < packs; c0 += 32 * kUnroll) {
+      Vec<T> wv[kUnroll][R];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const int c = c0 + lane + 32 * u;
+          if (c < packs && n0 + r < p.N) {
+            wv[u][r] = *reinterpret_cast<const Vec<T>*>(p.w + (n0 + r) * p.K + int64_t(c) * P);
+          } else {
+#pragma unroll
+            for (int i = 0; i < P; ++i) wv[u][r].v[i] = from_float<T>(0.f);
+          }
+        }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int c = c0 + lane + 32 * u;
+        if (c >= packs) continue;
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          if (m >= p.M) continue;
+          float xv[P];
+          load_floats<P>(in + int64_t(m) * p.K + c * P, xv);
+#pragma unroll
+          for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int i = 0; i < P; ++i) acc[r][m] += to_float(wv[u][r].v[i]) * xv[i];
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        const float total = warp_sum(acc[r][m]);
+        const int64_t n = n0 + r;
+        if (lane == r * MT + m && m < p.M && n < p.N) {
+          float v = total + (p.bias != nullptr ? to_float(p.bias[n]) : 0.f);
+          if (p.gelu) v = gelu<T>(v);
+          p.y[int64_t(m) * p.N + n] = from_float<T>(v);
+        }
+      }
+  }
+}
+
+int64_t element_bytes(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
+
+int multiprocessors() {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    return 132;
+  return sms;
+}
+
+}  // namespace
+
+bool gemv_fits(DType dtype, int64_t M, int64_t K) {
+  const int64_t bytes = element_bytes(dtype);
+  return M >= 1 && M <= kGemvMaxRows && K >= 1 && (K * bytes) % 16 == 0 && M * K * bytes <= kStageBytes;
+}
+
+cudaError_t launch_gemv(const GemvArgs& a, cudaStream_t stream) {
+  if (a.N == 0) return cudaSuccess;
+  const bool norm = a.ln_weight != nullptr;
+  if (!gemv_fits(a.dtype, a.M, a.K) || a.N < 0 || a.x == nullptr || a.w == nullptr || a.y == nullptr ||
+      (a.delta != nullptr && a.sum == nullptr) || (norm && a.ln_bias == nullptr))
+    return cudaErrorInvalidValue;
+  for (const void* q : {a.x, a.delta, static_cast<const void*>(a.sum), a.w, static_cast<const void*>(a.y)})
+    if (!is_aligned(q, 16)) return cudaErrorInvalidValue;
+  const int64_t turns = (a.N + kRowsPerWarp * kWarps - 1) / (kRowsPerWarp * kWarps);
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(turns, int64_t(multiprocessors()) * kBlocksPerSM));
+  const size_t stage = static_cast<size_t>(a.M * a.K * element_bytes(a.dtype));
+  cudaError_t launched = cudaSuccess;
+  with_element_type(a.dtype, [&](auto* t) {
+    using E = std::remove_pointer_t<decltype(t)>;
+    const Params<E> p{int(a.M),
+                      int(a.K),
+                      a.N,
+                      static_cast<const E*>(a.x),
+                      static_cast<const E*>(a.delta),
+                      static_cast<E*>(a.sum),
+                      static_cast<const E*>(a.ln_weight),
+                      static_cast<const E*>(a.ln_bias),
+                      a.eps,
+                      static_cast<const E*>(a.w),
+                      static_cast<const E*>(a.bias),
+                      a.gelu,
+                      static_cast<E*>(a.y)};
+    const auto go = [&](auto kernel) { launched = launch_dependent(kernel, dim3(grid), dim3(kThreads), stage, stream, p); };
+    if (a.M == 1) {
+      norm ? go(gemv_kernel<E, 1, true>) : go(gemv_kernel<E, 1, false>);
+    } else if (a.M == 2) {
+      norm ? go(gemv_kernel<E, 2, true>) : go(gemv_kernel<E, 2, false>);
+    } else {
+      norm ? go(gemv_kernel<E, 4, true>) : go(gemv_kernel<E, 4, false>);
+    }
+  });
+  return launched != cudaSuccess ? launched : cudaGetLastError();
+}
+
+}  // namespace llmtrain::kernels
