@@ -12,6 +12,7 @@
 #include "llmtrain/data/sft.h"
 #include "llmtrain/data/shard.h"
 #include "llmtrain/dist/communicator.h"
+#include "llmtrain/dist/data_parallel.h"
 #include "llmtrain/dist/mpi.h"
 #include "llmtrain/infer/generate.h"
 #include "llmtrain/io/hf_gpt2.h"

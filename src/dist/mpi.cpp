@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "llmtrain/config.h"
+#include "check.h"
 #include "llmtrain/core/error.h"
 
 #if LLMTRAIN_WITH_MPI
@@ -96,6 +97,24 @@ void MpiCommunicator::all_reduce_sum(torch::Tensor& t) {
   copy_back(t, sent);
 }
 
+void MpiCommunicator::reduce_scatter_sum(const torch::Tensor& input, torch::Tensor& output) {
+  detail::check_parts("reduce_scatter_sum", input, output, size_);
+  auto [type, in] = wire(input, "reduce_scatter_sum");
+  auto [out_type, out] = wire(output, "reduce_scatter_sum");
+  check_mpi(MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(), int(out.numel()), type, MPI_SUM, MPI_COMM_WORLD),
+            "MPI_Reduce_scatter_block");
+  copy_back(output, out);
+}
+
+void MpiCommunicator::all_gather(const torch::Tensor& input, torch::Tensor& output) {
+  detail::check_parts("all_gather", output, input, size_);
+  auto [type, in] = wire(input, "all_gather");
+  auto [out_type, out] = wire(output, "all_gather");
+  check_mpi(MPI_Allgather(in.data_ptr(), int(in.numel()), type, out.data_ptr(), int(in.numel()), type, MPI_COMM_WORLD),
+            "MPI_Allgather");
+  copy_back(output, out);
+}
+
 void MpiCommunicator::broadcast(torch::Tensor& t, int root) {
   LLMTRAIN_CHECK(root >= 0 && root < size_, "MpiCommunicator::broadcast: root ", root, " is not a rank of ", size_);
   auto [type, sent] = wire(t, "broadcast");
@@ -111,6 +130,8 @@ void MpiCommunicator::abort(int code) {
 }
 #else
 void MpiCommunicator::all_reduce_sum(torch::Tensor&) {}
+void MpiCommunicator::reduce_scatter_sum(const torch::Tensor&, torch::Tensor&) {}
+void MpiCommunicator::all_gather(const torch::Tensor&, torch::Tensor&) {}
 void MpiCommunicator::broadcast(torch::Tensor&, int) {}
 void MpiCommunicator::barrier() {}
 void MpiCommunicator::abort(int code) { std::_Exit(code); }

@@ -38,7 +38,7 @@ std::vector<Field> fields(TrainerConfig& c) {
       {"train.beta1", &c.train.beta1},           {"train.beta2", &c.train.beta2},
       {"train.grad_clip", &c.train.grad_clip},   {"train.precision", &c.train.precision},
       {"train.seed", &c.train.seed},             {"train.cuda_graph", &c.train.cuda_graph},
-      {"eval.every", &c.eval.every},
+      {"train.bucket_mb", &c.train.bucket_mb},   {"eval.every", &c.eval.every},
       {"eval.batches", &c.eval.batches},         {"checkpoint.every", &c.checkpoint.every},
       {"checkpoint.keep", &c.checkpoint.keep},   {"sample.every", &c.sample.every},
       {"sample.tokens", &c.sample.tokens},       {"sample.prompt", &c.sample.prompt},
@@ -93,6 +93,7 @@ void validate(const TrainerConfig& c, const std::string& source) {
     LLMTRAIN_CHECK(v >= min, source, ": ", key, " must be at least ", min, ", got ", v);
   };
   at_least("train.batch_size", c.train.batch_size, 1);
+  at_least("train.bucket_mb", c.train.bucket_mb, 1);
   at_least("train.seq_len", c.train.seq_len, 1);
   at_least("train.max_steps", c.train.max_steps, 1);
   at_least("train.total_batch_tokens", c.train.total_batch_tokens, 0);

@@ -29,6 +29,7 @@
 #include "llmtrain/core/host_copy.h"
 #include "llmtrain/data/dataloader.h"
 #include "llmtrain/data/sft.h"
+#include "llmtrain/dist/data_parallel.h"
 #include "llmtrain/infer/generate.h"
 #include "llmtrain/io/hf_gpt2.h"
 #include "llmtrain/io/llmc.h"
@@ -137,6 +138,30 @@ void load_part(const std::string& dir, const char* file, F&& body) {
 
 }  // namespace
 
+namespace {
+
+// Every rank must train the same model with the same settings: the configurations are compared by an
+// FNV-1a hash, and every rank fails alike. Where files lie (the output, data, tokenizer and initial
+// weights) may differ from node to node and is left out.
+void check_same_config(const TrainerConfig& c, dist::Communicator& comm) {
+  TrainerConfig same = c;
+  for (std::string* path : {&same.out_dir, &same.data.train, &same.data.val, &same.tokenizer.path,
+                            &same.model.init_from})
+    path->clear();
+  uint64_t h = 1469598103934665603ull;
+  for (const unsigned char ch : same.to_json()) h = (h ^ ch) * 1099511628211ull;
+  const auto mine = torch::tensor({int64_t(h)}, torch::kLong);
+  torch::Tensor first = mine.clone();
+  comm.broadcast(first, 0);
+  torch::Tensor differ = first.ne(mine).to(torch::kLong);
+  comm.all_reduce_sum(differ);
+  LLMTRAIN_CHECK(differ.item<int64_t>() == 0, "the ranks' configurations differ (", differ.item<int64_t>(), " of ",
+                 comm.world_size(), " ranks differ from rank 0; this is rank ", comm.rank(),
+                 "): start every rank with the same config file and --set overrides");
+}
+
+}  // namespace
+
 struct Trainer::Impl {
   TrainerConfig cfg;
   std::shared_ptr<dist::Communicator> comm;  // null: one process
@@ -144,6 +169,7 @@ struct Trainer::Impl {
   torch::Device device = torch::kCPU;
   nn::GPT2 model{nullptr};
   std::unique_ptr<optim::MixedPrecisionOptimizer> opt;
+  std::unique_ptr<dist::DataParallel> dp;  // several ranks
   std::unique_ptr<tokenizer::Tokenizer> tok;
   std::unique_ptr<data::SFTDataset> sft_train, sft_val;  // read by the loaders below (SFT runs)
   std::unique_ptr<data::BatchSource> train, val;
@@ -304,6 +330,11 @@ Trainer::Trainer(TrainerConfig config, std::shared_ptr<dist::Communicator> comm)
   if (!c.model.init_from.empty()) d.load_initial_weights(c.model.init_from);
   d.model->to(d.device);
   d.opt = std::make_unique<optim::MixedPrecisionOptimizer>(*d.model, c.optimizer());
+  if (d.world > 1) {
+    dist::DataParallelOptions o;
+    o.bucket_bytes = c.train.bucket_mb << 20;
+    d.dp = std::make_unique<dist::DataParallel>(d.model->parameters(), d.comm, o);
+  }
   d.train = d.make_source(c.data.train, c.data.shuffle, d.sft_train);
   // Evaluation always reads the same batches: the val data (else the train data) in file order.
   d.val = d.make_source(c.data.val.empty() ? c.data.train : c.data.val, false, d.sft_val);
@@ -367,13 +398,16 @@ int64_t Trainer::run() {
     return stop > 0;
   };
   if (d.world > 1) {  // every rank goes on from rank 0's weights
+    check_same_config(c, *d.comm);
     torch::NoGradGuard no_grad;
-    for (auto& p : d.model->parameters()) d.comm->broadcast(p, 0);
+    d.dp->broadcast_parameters(0);
     if (d.opt->options().precision == optim::Precision::kBF16Master)
       for (torch::Tensor m : d.opt->master_params()) d.comm->broadcast(m, 0);  // a handle: same storage
   }
   d.model->train();
-  if (!d.graph && d.device.is_cuda() && c.train.cuda_graph && d.opt->options().precision != optim::Precision::kFP16)
+  // Not on several ranks: DataParallel's reductions start from backward's hooks, on the host.
+  if (!d.graph && !d.dp && d.device.is_cuda() && c.train.cuda_graph &&
+      d.opt->options().precision != optim::Precision::kFP16)
     d.graph = std::make_unique<GraphedStep>(d.model->parameters(), [&d](const torch::Tensor& x, const torch::Tensor& y) {
       return d.micro_step(x, y);  // not fp16: its loss scale changes from step to step
     });
@@ -432,20 +466,15 @@ int64_t Trainer::run() {
     const std::optional<Start> before = queued ? std::optional<Start>(Start{d.train->state(), d.rng_states()})
                                                : std::nullopt;
     torch::Tensor loss_sum;
+    if (d.dp) d.dp->zero_grad();
     for (int64_t micro = 0; micro < d.accum; ++micro) {
+      if (d.dp) d.dp->set_sync(micro == d.accum - 1);  // the step's last backward averages over the ranks
       const auto batch = d.train->next();
       const torch::Tensor loss = d.graph ? d.graph->run(batch.inputs, batch.targets, /*first=*/micro == 0)
                                          : d.micro_step(batch.inputs, batch.targets);
       loss_sum = loss_sum.defined() ? loss_sum + loss : loss.clone();  // a graph's loss: overwritten by its next replay
     }
-    if (d.world > 1) {  // the data-parallel average of the gradients, before unscaling and clipping
-      for (auto& p : d.model->parameters()) {
-        if (!p.grad().defined()) continue;
-        torch::Tensor g = p.mutable_grad();
-        d.comm->all_reduce_sum(g);
-        g.div_(double(d.world));
-      }
-    }
+    if (d.dp) d.dp->finish();  // the gradients' mean over the ranks, before unscaling and clipping
     if (queued) {
       record(/*wait_for_checks=*/false);
       if (g_stop || d.stop_requested) {  // asked during the previous step's record: this step is dropped

@@ -67,6 +67,19 @@ class ThreadGroup {
         t.copy_(sum);
       });
     }
+    void reduce_scatter_sum(const torch::Tensor& in, torch::Tensor& out) override {
+      g_.exchange(r_, in, [&](const std::vector<torch::Tensor>& all) {
+        torch::Tensor sum = all[0].clone();
+        for (size_t i = 1; i < all.size(); ++i) sum += all[i];
+        out.copy_(sum.view(-1).narrow(0, r_ * out.numel(), out.numel()).view_as(out));
+      });
+    }
+    void all_gather(const torch::Tensor& in, torch::Tensor& out) override {
+      g_.exchange(r_, in, [&](const std::vector<torch::Tensor>& all) {
+        for (size_t i = 0; i < all.size(); ++i)
+          out.view(-1).narrow(0, int64_t(i) * in.numel(), in.numel()).copy_(all[i].view(-1));
+      });
+    }
     void broadcast(torch::Tensor& t, int root) override {
       g_.exchange(r_, t, [&](const std::vector<torch::Tensor>& all) { t.copy_(all[size_t(root)]); });
     }

@@ -21,6 +21,8 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int world_size() const override { return size_; }
   void all_reduce_sum(torch::Tensor& tensor) override;
+  void reduce_scatter_sum(const torch::Tensor& input, torch::Tensor& output) override;
+  void all_gather(const torch::Tensor& input, torch::Tensor& output) override;
   void broadcast(torch::Tensor& tensor, int root) override;
   void barrier() override;
   [[noreturn]] void abort(int code) override;
