@@ -10,9 +10,11 @@
 //                   (train::GraphedStep), its loss and norm read once the next step's work is queued
 //   llmtrain-eager  the same without the graph: the forward and backward launched op by op (--eager)
 //   llmtrain-sync   eager, reading each step's loss before queueing the next (--sync)
+//   llmtrain-dp1    eager, through dist::DataParallel over an NCCL communicator of one rank (--dp): the
+//                   data-parallel wrapper's cost at world size 1, against llmtrain-eager (which --dp adds)
 //   llmtrain-OP     llmtrain with one op on ATen (--without OP): what that op's kernel is worth
 //   llmtrain+OP     llmtrain with an op's kernel that is off by default turned on (--with OP)
-//   build/bin/bench_train --batch 16 --batch 32 --steps 20 [--eager] [--sync] [--without layer_norm] [--with mlp]
+//   build/bin/bench_train --batch 16 --batch 32 --steps 20 [--eager] [--sync] [--dp] [--without layer_norm] [--with mlp]
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <cuda_profiler_api.h>
 #include <llmtrain/llmtrain.h>
@@ -51,6 +53,7 @@ struct Variant {
   bool sync = false;    // read each step's loss before queueing the next
   bool graph = false;   // the forward and backward as a CUDA graph
   std::string without, with;  // one op off, or one default-off op on
+  bool dp = false;      // through DataParallel over a one-rank NcclCommunicator
 };
 
 Row run(const Variant& v, int64_t B, int64_t T, int steps, int warmup, double peak_flops) {
@@ -77,6 +80,9 @@ Row run(const Variant& v, int64_t B, int64_t T, int steps, int warmup, double pe
     l.backward();
     return l.detach();
   };
+  std::unique_ptr<llmtrain::dist::DataParallel> dp;
+  if (v.dp) dp = std::make_unique<llmtrain::dist::DataParallel>(
+                model->parameters(), llmtrain::dist::NcclCommunicator::create(nullptr, torch::Device(torch::kCUDA, 0)));
   std::unique_ptr<llmtrain::train::GraphedStep> graph;
   if (v.graph) graph = std::make_unique<llmtrain::train::GraphedStep>(model->parameters(), micro_step);
   c10::cuda::CUDACachingAllocator::emptyCache();
@@ -84,7 +90,9 @@ Row run(const Variant& v, int64_t B, int64_t T, int steps, int warmup, double pe
   double loss = 0;
   llmtrain::HostCopy pending_loss;
   const auto step = [&](int64_t s) {
+    if (dp) dp->zero_grad();
     const torch::Tensor l = graph ? graph->run(inputs, targets, /*first=*/true) : micro_step(inputs, targets);
+    if (dp) dp->finish();
     if (!v.sync) {  // as the Trainer: the previous step's loss and norm, read once this step's work is queued
       if (pending_loss.defined()) loss = pending_loss.get().item<double>();
       model->check_inputs(/*wait=*/false);
@@ -135,9 +143,10 @@ int main(int argc, char** argv) {
   std::vector<std::string> without, with;
   app.add_option("--without", without, "also run llmtrain with this op on ATen (repeatable; see ops/dispatch.h)");
   app.add_option("--with", with, "also run llmtrain with this default-off op's kernel on (repeatable)");
-  bool sync_row = false, eager_row = false;
+  bool sync_row = false, eager_row = false, dp_row = false;
   app.add_flag("--sync", sync_row, "also run llmtrain eagerly, reading each step's loss and norm before the next is queued");
   app.add_flag("--eager", eager_row, "also run llmtrain without the CUDA graph");
+  app.add_flag("--dp", dp_row, "also run llmtrain eagerly through DataParallel over NCCL at world size 1 (and eagerly without)");
   CLI11_PARSE(app, argc, argv);
   if (batches.empty()) batches = {16, 32};
   default_ops();  // before any row switches kernels
@@ -157,7 +166,12 @@ int main(int argc, char** argv) {
       if (wanted("libtorch")) add({"libtorch", false, Precision::kBF16, /*sync=*/true});
       if (wanted("libtorch-bf16w")) add({"libtorch-bf16w", false, Precision::kBF16Master, /*sync=*/true});
       if (wanted("llmtrain")) add({"llmtrain", true, Precision::kBF16Master, false, /*graph=*/true});
-      if (eager_row) add({"llmtrain-eager", true, Precision::kBF16Master});
+      if (eager_row || dp_row) add({"llmtrain-eager", true, Precision::kBF16Master});
+      if (dp_row) {
+        Variant v{"llmtrain-dp1", true, Precision::kBF16Master};
+        v.dp = true;
+        add(v);
+      }
       if (sync_row) add({"llmtrain-sync", true, Precision::kBF16Master, /*sync=*/true});
       for (const auto& op : without) add({"llmtrain-" + op, true, Precision::kBF16Master, false, true, op});
       for (const auto& op : with) add({"llmtrain+" + op, true, Precision::kBF16Master, false, true, "", op});

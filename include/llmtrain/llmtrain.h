@@ -14,6 +14,7 @@
 #include "llmtrain/dist/communicator.h"
 #include "llmtrain/dist/data_parallel.h"
 #include "llmtrain/dist/mpi.h"
+#include "llmtrain/dist/nccl.h"
 #include "llmtrain/infer/generate.h"
 #include "llmtrain/io/hf_gpt2.h"
 #include "llmtrain/io/llmc.h"

@@ -12,6 +12,7 @@
 #include "llmtrain/config.h"
 #include "check.h"
 #include "llmtrain/core/error.h"
+#include "llmtrain/dist/nccl.h"
 
 #if LLMTRAIN_WITH_MPI
 #include <mpi.h>
@@ -135,6 +136,19 @@ void MpiCommunicator::all_gather(const torch::Tensor&, torch::Tensor&) {}
 void MpiCommunicator::broadcast(torch::Tensor&, int) {}
 void MpiCommunicator::barrier() {}
 void MpiCommunicator::abort(int code) { std::_Exit(code); }
+#endif
+
+int local_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "LOCAL_RANK", "SLURM_LOCALID"})
+    if (std::getenv(name)) return env_int(name);
+  return 0;
+}
+
+#if !LLMTRAIN_WITH_CUDA
+std::shared_ptr<NcclCommunicator> NcclCommunicator::create(std::shared_ptr<Communicator>, torch::Device) {
+  LLMTRAIN_CHECK(false, "NcclCommunicator: llmtrain was built without CUDA");
+  return nullptr;
+}
 #endif
 
 std::shared_ptr<Communicator> from_environment() {

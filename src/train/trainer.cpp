@@ -30,6 +30,7 @@
 #include "llmtrain/data/dataloader.h"
 #include "llmtrain/data/sft.h"
 #include "llmtrain/dist/data_parallel.h"
+#include "llmtrain/dist/nccl.h"
 #include "llmtrain/infer/generate.h"
 #include "llmtrain/io/hf_gpt2.h"
 #include "llmtrain/io/llmc.h"
@@ -312,6 +313,11 @@ Trainer::Trainer(TrainerConfig config, std::shared_ptr<dist::Communicator> comm)
   }
   const auto& c = d.cfg;
   d.device = resolve_device(c.device);
+  if (d.comm && d.device.is_cuda()) {  // a GPU a rank; the ranks' gradients travel over NCCL
+    d.device = torch::Device(torch::kCUDA, int8_t(dist::local_rank() % int(torch::cuda::device_count())));
+    if (!std::dynamic_pointer_cast<dist::NcclCommunicator>(d.comm))
+      d.comm = dist::NcclCommunicator::create(d.comm, d.device);  // makes it the current device
+  }
   LLMTRAIN_CHECK(!c.data.train.empty(), "data.train is empty: give a glob of training shards or an SFT JSONL file");
   const int64_t micro = c.train.batch_size * c.train.seq_len * d.world;  // tokens per micro-step, all ranks
   const int64_t total = c.train.total_batch_tokens > 0 ? c.train.total_batch_tokens : micro;
@@ -330,7 +336,7 @@ Trainer::Trainer(TrainerConfig config, std::shared_ptr<dist::Communicator> comm)
   if (!c.model.init_from.empty()) d.load_initial_weights(c.model.init_from);
   d.model->to(d.device);
   d.opt = std::make_unique<optim::MixedPrecisionOptimizer>(*d.model, c.optimizer());
-  if (d.world > 1) {
+  if (d.comm) {  // one rank too: the same path as many
     dist::DataParallelOptions o;
     o.bucket_bytes = c.train.bucket_mb << 20;
     d.dp = std::make_unique<dist::DataParallel>(d.model->parameters(), d.comm, o);
@@ -397,8 +403,8 @@ int64_t Trainer::run() {
     if (d.world > 1) stop = d.mean_over_ranks(torch::tensor(stop, torch::kDouble));
     return stop > 0;
   };
-  if (d.world > 1) {  // every rank goes on from rank 0's weights
-    check_same_config(c, *d.comm);
+  if (d.dp) {  // every rank goes on from rank 0's weights
+    if (d.world > 1) check_same_config(c, *d.comm);
     torch::NoGradGuard no_grad;
     d.dp->broadcast_parameters(0);
     if (d.opt->options().precision == optim::Precision::kBF16Master)

@@ -1,0 +1,187 @@
+// The CUDA side of NcclCommunicator (built with LLMTRAIN_CUDA). The unique id (128 bytes) travels as
+// 16 int64 over the bootstrap's broadcast. Every collective: an event on the caller's stream that the
+// communicator's stream waits for, the NCCL call, and (but for the started averages) an event that
+// the caller's stream waits for in turn, so the caller sees stream order and the host never blocks.
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <nccl.h>
+
+#include <cstring>
+#include <optional>
+
+#include "check.h"
+#include "llmtrain/core/error.h"
+#include "llmtrain/dist/nccl.h"
+
+namespace llmtrain::dist {
+namespace {
+
+void check_nccl(ncclResult_t r, const char* what) {
+  LLMTRAIN_CHECK(r == ncclSuccess, "NCCL: ", what, " failed: ", ncclGetErrorString(r), " (", ncclGetLastError(nullptr),
+                 ")");
+}
+
+ncclDataType_t nccl_type(const torch::Tensor& t, const char* what) {
+  switch (t.scalar_type()) {
+    case torch::kFloat: return ncclFloat32;
+    case torch::kDouble: return ncclFloat64;
+    case torch::kBFloat16: return ncclBfloat16;
+    case torch::kHalf: return ncclFloat16;
+    case torch::kLong: return ncclInt64;
+    case torch::kInt: return ncclInt32;
+    case torch::kByte: return ncclUint8;
+    default: LLMTRAIN_CHECK(false, "NcclCommunicator::", what, ": no NCCL type for ", t.scalar_type());
+  }
+  return ncclFloat32;
+}
+
+}  // namespace
+
+struct NcclCommunicator::State {
+  std::shared_ptr<Communicator> bootstrap;
+  torch::Device device{torch::kCUDA, 0};
+  ncclComm_t comm = nullptr;
+  std::optional<at::cuda::CUDAStream> stream;
+  bool started = false;  // averages started since the last wait()
+
+  // Runs call(stream) after the caller's queued work; `through` copies CPU tensors to the device and
+  // back. With `join`, the caller's stream then waits for it.
+  template <typename F>
+  void run(const char* what, std::initializer_list<torch::Tensor*> tensors, bool join, F&& call) {
+    c10::cuda::CUDAGuard guard(device);
+    for (torch::Tensor* t : tensors) {
+      LLMTRAIN_CHECK(t->is_contiguous(), "NcclCommunicator::", what, ": the tensor must be contiguous");
+      LLMTRAIN_CHECK(t->is_cpu() || t->device() == device, "NcclCommunicator::", what, ": the tensor is on ",
+                     t->device(), ", this rank's GPU is ", device);
+    }
+    std::vector<torch::Tensor> staged;
+    for (torch::Tensor* t : tensors) staged.push_back(t->is_cpu() ? t->to(device) : *t);
+    const auto caller = at::cuda::getCurrentCUDAStream(device.index());
+    at::cuda::CUDAEvent ready;
+    ready.record(caller);
+    ready.block(*stream);
+    call(staged, stream->stream());
+    for (auto& t : staged) t.record_stream(*stream);
+    if (join) {
+      at::cuda::CUDAEvent done;
+      done.record(*stream);
+      done.block(caller);
+    }
+    size_t i = 0;
+    for (torch::Tensor* t : tensors) {
+      if (t->is_cpu()) t->copy_(staged[i]);  // waits: after the join
+      ++i;
+    }
+  }
+};
+
+NcclCommunicator::NcclCommunicator(int rank, int size, std::unique_ptr<State> state)
+    : rank_(rank), size_(size), s_(std::move(state)) {}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (s_ && s_->comm) ncclCommDestroy(s_->comm);
+}
+
+std::shared_ptr<NcclCommunicator> NcclCommunicator::create(std::shared_ptr<Communicator> bootstrap,
+                                                           torch::Device device) {
+  LLMTRAIN_CHECK(device.is_cuda() && device.has_index(), "NcclCommunicator: needs a CUDA device with an index, got ",
+                 device);
+  const int rank = bootstrap ? bootstrap->rank() : 0, size = bootstrap ? bootstrap->world_size() : 1;
+  auto s = std::make_unique<State>();
+  s->bootstrap = bootstrap;
+  s->device = device;
+  c10::cuda::set_device(device.index());
+  c10::cuda::CUDAGuard guard(device);
+  ncclUniqueId id;
+  static_assert(sizeof(id) % 8 == 0, "the NCCL id travels as int64");
+  if (rank == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  if (size > 1) {
+    torch::Tensor wire = torch::zeros({int64_t(sizeof(id) / 8)}, torch::kLong);
+    if (rank == 0) std::memcpy(wire.data_ptr(), &id, sizeof(id));
+    bootstrap->broadcast(wire, 0);
+    std::memcpy(&id, wire.data_ptr(), sizeof(id));
+  }
+  check_nccl(ncclCommInitRank(&s->comm, size, id, rank), "ncclCommInitRank");
+  s->stream = at::cuda::getStreamFromPool(/*isHighPriority=*/true, device.index());
+  return std::shared_ptr<NcclCommunicator>(new NcclCommunicator(rank, size, std::move(s)));
+}
+
+void NcclCommunicator::all_reduce_sum(torch::Tensor& t) {
+  s_->run("all_reduce_sum", {&t}, true, [&](std::vector<torch::Tensor>& x, cudaStream_t st) {
+    check_nccl(ncclAllReduce(x[0].data_ptr(), x[0].data_ptr(), size_t(x[0].numel()), nccl_type(x[0], "all_reduce_sum"),
+                             ncclSum, s_->comm, st),
+               "ncclAllReduce");
+  });
+}
+
+void NcclCommunicator::all_reduce_avg(torch::Tensor& t) {
+  s_->run("all_reduce_avg", {&t}, true, [&](std::vector<torch::Tensor>& x, cudaStream_t st) {
+    check_nccl(ncclAllReduce(x[0].data_ptr(), x[0].data_ptr(), size_t(x[0].numel()), nccl_type(x[0], "all_reduce_avg"),
+                             ncclAvg, s_->comm, st),
+               "ncclAllReduce");
+  });
+}
+
+void NcclCommunicator::start_all_reduce_avg(torch::Tensor& t) {
+  LLMTRAIN_CHECK(t.is_cuda(), "NcclCommunicator::start_all_reduce_avg: takes CUDA tensors, got one on ", t.device());
+  s_->run("start_all_reduce_avg", {&t}, false, [&](std::vector<torch::Tensor>& x, cudaStream_t st) {
+    check_nccl(ncclAllReduce(x[0].data_ptr(), x[0].data_ptr(), size_t(x[0].numel()),
+                             nccl_type(x[0], "start_all_reduce_avg"), ncclAvg, s_->comm, st),
+               "ncclAllReduce");
+  });
+  s_->started = true;
+}
+
+void NcclCommunicator::wait() {
+  if (!s_->started) return;
+  c10::cuda::CUDAGuard guard(s_->device);
+  at::cuda::CUDAEvent done;
+  done.record(*s_->stream);
+  done.block(at::cuda::getCurrentCUDAStream(s_->device.index()));
+  s_->started = false;
+}
+
+void NcclCommunicator::reduce_scatter_sum(const torch::Tensor& input, torch::Tensor& output) {
+  detail::check_parts("reduce_scatter_sum", input, output, size_);
+  torch::Tensor in = input;
+  s_->run("reduce_scatter_sum", {&in, &output}, true, [&](std::vector<torch::Tensor>& x, cudaStream_t st) {
+    check_nccl(ncclReduceScatter(x[0].data_ptr(), x[1].data_ptr(), size_t(x[1].numel()),
+                                 nccl_type(x[1], "reduce_scatter_sum"), ncclSum, s_->comm, st),
+               "ncclReduceScatter");
+  });
+}
+
+void NcclCommunicator::all_gather(const torch::Tensor& input, torch::Tensor& output) {
+  detail::check_parts("all_gather", output, input, size_);
+  torch::Tensor in = input;
+  s_->run("all_gather", {&in, &output}, true, [&](std::vector<torch::Tensor>& x, cudaStream_t st) {
+    check_nccl(ncclAllGather(x[0].data_ptr(), x[1].data_ptr(), size_t(x[0].numel()), nccl_type(x[0], "all_gather"),
+                             s_->comm, st),
+               "ncclAllGather");
+  });
+}
+
+void NcclCommunicator::broadcast(torch::Tensor& t, int root) {
+  LLMTRAIN_CHECK(root >= 0 && root < size_, "NcclCommunicator::broadcast: root ", root, " is not a rank of ", size_);
+  s_->run("broadcast", {&t}, true, [&](std::vector<torch::Tensor>& x, cudaStream_t st) {
+    check_nccl(ncclBroadcast(x[0].data_ptr(), x[0].data_ptr(), size_t(x[0].numel()), nccl_type(x[0], "broadcast"), root,
+                             s_->comm, st),
+               "ncclBroadcast");
+  });
+}
+
+void NcclCommunicator::barrier() {
+  torch::Tensor one = torch::ones({1}, torch::TensorOptions().device(s_->device));
+  all_reduce_sum(one);
+  (void)one.item<float>();  // the host waits for every rank's part
+}
+
+void NcclCommunicator::abort(int code) {
+  if (s_->comm) ncclCommAbort(s_->comm);
+  s_->comm = nullptr;
+  if (s_->bootstrap) s_->bootstrap->abort(code);
+  std::_Exit(code);
+}
+
+}  // namespace llmtrain::dist

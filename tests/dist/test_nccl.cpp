@@ -1,0 +1,58 @@
+// dist::NcclCommunicator at world size 1 on the GPU: the collectives leave what one rank holds, CPU
+// tensors travel through the device, and the Trainer with it (DataParallel's buckets, no graph) takes
+// the same steps as without it.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "llmtrain/dist/nccl.h"
+#include "llmtrain/train/trainer.h"
+#include "test_util.h"
+#include "train/run_folder.h"
+
+using llmtrain::dist::NcclCommunicator;
+
+TEST(Nccl, WorldOfOneCollectivesKeepTheRanksTensors_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  const auto comm = NcclCommunicator::create(nullptr, torch::Device(torch::kCUDA, 0));
+  EXPECT_EQ(comm->rank(), 0);
+  EXPECT_EQ(comm->world_size(), 1);
+  const auto x = torch::randn({1000}, torch::TensorOptions().device(torch::kCUDA));
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16, torch::kDouble, torch::kLong}) {
+    auto t = (x * 100).to(dtype);
+    const auto want = t.clone();
+    comm->all_reduce_sum(t);
+    EXPECT_TRUE(torch::equal(t, want)) << dtype;
+    comm->all_reduce_avg(t);
+    EXPECT_TRUE(torch::equal(t, want)) << dtype;
+    comm->start_all_reduce_avg(t);
+    comm->wait();
+    EXPECT_TRUE(torch::equal(t, want)) << dtype;
+  }
+  auto part = torch::zeros_like(x), gathered = torch::zeros_like(x);
+  comm->reduce_scatter_sum(x, part);
+  comm->all_gather(part, gathered);
+  EXPECT_TRUE(torch::equal(gathered, x));
+  auto cpu = torch::tensor({2.5}, torch::kDouble);  // through the device and back
+  comm->all_reduce_sum(cpu);
+  EXPECT_EQ(cpu.item<double>(), 2.5);
+  comm->broadcast(part, 0);
+  comm->barrier();
+  llmtrain::testing::expect_error([&] { comm->broadcast(part, 1); }, {"root 1 is not a rank of 1"});
+  llmtrain::testing::expect_error([&] { auto s = torch::zeros({3}, x.options()); comm->reduce_scatter_sum(x, s); },
+                                  {"reduce_scatter_sum", "1 parts of 3"});
+}
+
+TEST(Nccl, TrainerAtWorldOneTakesTheStepsOfOneProcess_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  llmtrain::testing::RunFolder run;
+  const std::vector<std::string> sets = {"train.max_steps=5", "checkpoint.every=0", "device=cuda",
+                                         "train.cuda_graph=false"};
+  llmtrain::train::Trainer plain(run.config("plain", sets));
+  plain.run();
+  llmtrain::train::Trainer dp(run.config("dp", sets), NcclCommunicator::create(nullptr, torch::Device(torch::kCUDA, 0)));
+  ASSERT_EQ(dp.grad_accum_steps(), 2);
+  dp.run();
+  const auto want = plain.model()->named_parameters();
+  for (const auto& p : dp.model()->named_parameters())
+    EXPECT_LT((p.value() - want[p.key()]).abs().max().item<double>(), 1e-5) << p.key();
+}
