@@ -14,8 +14,8 @@ namespace llmtrain::dist {
 struct DataParallel::Impl {
   struct Bucket {
     torch::Tensor flat;
-    std::vector<size_t> members;  // indices into params
-    int64_t pending = 0;          // members whose gradient of the synced backward is still to come
+    int64_t members = 0;  // parameters whose gradients it holds
+    int64_t pending = 0;  // members whose gradient of the synced backward is still to come
   };
   std::shared_ptr<Communicator> comm;
   std::vector<torch::Tensor> params, views;  // views[i]: params[i]'s slot in its bucket
@@ -29,14 +29,18 @@ struct DataParallel::Impl {
     while (next < buckets.size() && buckets[next].pending == 0) comm->start_all_reduce_avg(buckets[next++].flat);
   }
 
+  // A gradient replaced behind our back (or reset) is brought back into its bucket.
+  void adopt(size_t i) {
+    torch::Tensor& p = params[i];
+    if (p.grad().is_same(views[i])) return;
+    torch::NoGradGuard no_grad;
+    if (p.grad().defined()) views[i].copy_(p.grad());
+    p.mutable_grad() = views[i];
+  }
+
   void accumulated(size_t i) {
     if (!sync) return;
-    torch::Tensor& p = params[i];
-    if (!p.grad().is_same(views[i])) {  // replaced behind our back: bring it into the bucket
-      torch::NoGradGuard no_grad;
-      views[i].copy_(p.grad());
-      p.mutable_grad() = views[i];
-    }
+    adopt(i);
     Bucket& b = buckets[bucket_of[i]];
     LLMTRAIN_CHECK(b.pending > 0, "DataParallel: a parameter got two synced gradients; call finish() after the "
                    "backward of each set_sync(true)");
@@ -55,7 +59,7 @@ struct DataParallel::Impl {
   };
 
   void reset_counts() {
-    for (auto& b : buckets) b.pending = int64_t(b.members.size());
+    for (auto& b : buckets) b.pending = b.members;
     next = 0;
   }
 };
@@ -100,7 +104,7 @@ DataParallel::DataParallel(const std::vector<torch::Tensor>& params, std::shared
       offset += d.params[k].numel();
       d.bucket_of[k] = d.buckets.size();
     }
-    bucket.members = std::move(members);
+    bucket.members = int64_t(members.size());
     d.buckets.push_back(std::move(bucket));
   }
   for (size_t i = 0; i < d.params.size(); ++i)
@@ -132,12 +136,7 @@ void DataParallel::set_sync(bool sync) { impl_->sync = sync; }
 
 void DataParallel::finish() {
   Impl& d = *impl_;
-  for (size_t i = 0; i < d.params.size(); ++i)  // a gradient replaced since the last hook
-    if (!d.params[i].grad().is_same(d.views[i])) {
-      torch::NoGradGuard no_grad;
-      if (d.params[i].grad().defined()) d.views[i].copy_(d.params[i].grad());
-      d.params[i].mutable_grad() = d.views[i];
-    }
+  for (size_t i = 0; i < d.params.size(); ++i) d.adopt(i);  // replaced since its hook, or never hooked
   while (d.next < d.buckets.size()) d.comm->start_all_reduce_avg(d.buckets[d.next++].flat);
   d.comm->wait();
   d.reset_counts();

@@ -79,6 +79,10 @@ bool forward_product(const at::Tensor& x, const at::Tensor& w, const at::Tensor&
 /// the product's epilogue where cuBLASLt has one for the shape.
 void linear_weight_grads(const at::Tensor& x, const at::Tensor& dy, at::Tensor& dw, at::Tensor* db);
 
+/// y = gelu(x W^T + b) without a gradient, the GELU in cuBLASLt's epilogue (its pre-activation in a
+/// scratch tensor); false when cuBLASLt has no algorithm.
+bool linear_gelu_forward(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, at::Tensor& y);
+
 /// y (..., N) = act(in W^T + b) on the few-row kernel (kernels/gemv.cuh), in = x or, given ln_weight
 /// and ln_bias, layer_norm(x + delta) (delta and bias may be undefined); sum = x + delta (x itself
 /// without delta). False, launching nothing, when the kernel does not take them: more than

@@ -59,10 +59,8 @@ std::pair<at::Tensor, at::Tensor> norm_linear(const at::Tensor& x, const at::Ten
   if (!gelu) return {h, linear(a, weight, bias)};
 #if LLMTRAIN_WITH_CUDA
   if (!autocast && bias.defined() && cuda_kernel_enabled("linear") && cuda::linear_supported(a, weight, bias)) {
-    at::Tensor y, aux = at::empty({a.numel() / a.size(-1), weight.size(0)}, a.options());
-    if (cuda::forward_product(cuda::packed(a), cuda::packed(weight), cuda::packed(bias),
-                              kernels::Epilogue::kGeluAuxBias, y, aux))
-      return {h, y};
+    at::Tensor y;
+    if (cuda::linear_gelu_forward(a, weight, bias, y)) return {h, y};
   }
 #endif
   return {h, ops::gelu(linear(a, weight, bias))};

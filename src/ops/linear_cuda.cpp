@@ -64,6 +64,12 @@ bool forward_product(const at::Tensor& x, const at::Tensor& w, const at::Tensor&
   return lt_matmul(out, N, in, w, in, /*trans_a=*/true, x, in, false, y, epilogue, b, aux);
 }
 
+bool linear_gelu_forward(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, at::Tensor& y) {
+  const at::Tensor xp = packed(x);
+  const at::Tensor aux = at::empty({xp.numel() / weight.size(1), weight.size(0)}, xp.options());
+  return forward_product(xp, packed(weight), packed(bias), kernels::Epilogue::kGeluAuxBias, y, aux);
+}
+
 bool gemv(const at::Tensor& x, const at::Tensor& delta, const at::Tensor& ln_weight, const at::Tensor& ln_bias,
           double eps, const at::Tensor& weight, const at::Tensor& bias, bool gelu, at::Tensor& sum, at::Tensor& y) {
   const int64_t K = weight.size(1), N = weight.size(0), M = x.numel() / std::max<int64_t>(K, 1);
