@@ -1,6 +1,7 @@
 // The loader keeps a cursor over the epoch's window stream: the shard order of the epoch and the
 // window order of the current shard are rebuilt from (seed, epoch, shard) whenever the cursor enters
-// them, so no table of all windows is kept and any state can be restored in O(shards). A background
+// them (ShuffleUnit::kBatch replays llm.c's one generator up to there instead, a draw per group), so
+// no table of all windows is kept and any state can be restored cheaply. A background
 // thread runs the cursor ahead and fills a small queue; restoring a state restarts it. The stream runs
 // from one epoch straight into the next, so a batch may hold the last windows of one epoch and the
 // first of the next: that keeps R ranks exactly equal to one process, at any epoch boundary.
@@ -45,6 +46,9 @@ struct DataLoader::Impl {
   // Producer cursor.
   DataLoaderState cur;
   std::vector<int64_t> shard_order, window_order;
+  std::mt19937 llmc_rng;  // kBatch: llm.c's one generator, positioned for the next shard's draws
+
+  bool batch_order() const { return o.shuffle && o.shuffle_unit == ShuffleUnit::kBatch; }
 
   // Queue between the producer thread and next().
   std::mutex mu;
@@ -57,18 +61,34 @@ struct DataLoader::Impl {
 
   int64_t group() const { return int64_t(o.world_size) * o.batch_size; }
 
+  int64_t groups_of(int64_t shard) const { return windows[size_t(shard)] / group(); }
+
   void enter_shard() {
     if (cur.shard >= int64_t(shards.size())) return;
     const int64_t k = shard_order[size_t(cur.shard)];
-    if (o.shuffle_unit == ShuffleUnit::kWindow || !o.shuffle) {
+    if (!batch_order()) {
       window_order = detail::permutation(windows[size_t(k)], o.seed, uint64_t(cur.epoch), uint64_t(k) + 1, o.shuffle);
       return;
     }
-    const int64_t g = group();  // whole groups in a seeded order, each group's windows in file order
-    const auto groups = detail::permutation(windows[size_t(k)] / g, o.seed, uint64_t(cur.epoch), uint64_t(k) + 1, true);
+    std::vector<int64_t> groups = detail::identity(groups_of(k));  // each group's windows stay in file order
+    detail::shuffle_in_place(groups, llmc_rng);
+    const int64_t g = group();
     window_order.clear();
     for (const int64_t q : groups)
       for (int64_t i = 0; i < g; ++i) window_order.push_back(q * g + i);
+  }
+
+  // llm.c's draws up to (epoch, shard): each epoch permutes the shard order it had, then each shard
+  // entered permutes its groups; the generator is left for the groups of the shard named.
+  void replay_llmc(const DataLoaderState& s) {
+    llmc_rng.seed(uint32_t(o.seed));
+    shard_order = detail::identity(int64_t(shards.size()));
+    for (int64_t e = 0;; ++e) {
+      detail::shuffle_in_place(shard_order, llmc_rng);
+      const int64_t entered = e < s.epoch ? int64_t(shards.size()) : s.shard;
+      for (int64_t j = 0; j < entered; ++j) llmc_rng.discard(uint64_t(groups_of(shard_order[size_t(j)]) - 1));
+      if (e == s.epoch) return;
+    }
   }
 
   void seek(const DataLoaderState& s) {
@@ -76,7 +96,8 @@ struct DataLoader::Impl {
                    "DataLoader: state (epoch ", s.epoch, ", shard ", s.shard, ", position ", s.position,
                    ") is outside these ", shards.size(), " shards");
     cur = s;
-    shard_order = detail::permutation(int64_t(shards.size()), o.seed, uint64_t(s.epoch), 0, o.shuffle);
+    if (batch_order()) replay_llmc(s);
+    else shard_order = detail::permutation(int64_t(shards.size()), o.seed, uint64_t(s.epoch), 0, o.shuffle);
     const int64_t k = shard_order[size_t(s.shard)];
     LLMTRAIN_CHECK(s.position < windows[size_t(k)], "DataLoader: state position ", s.position, " is past the ",
                    windows[size_t(k)], " windows of shard ", files[size_t(k)]);
@@ -163,7 +184,7 @@ DataLoader::DataLoader(DataLoaderOptions options) : impl_(std::make_unique<Impl>
     LLMTRAIN_CHECK(n >= o.seq_len + 1, "DataLoader: shard ", f, " holds ", n, " tokens, fewer than one window of seq_len + 1 = ",
                    o.seq_len + 1);
     int64_t w = (n - 1) / o.seq_len;
-    if (o.shuffle && o.shuffle_unit == ShuffleUnit::kBatch) {
+    if (d.batch_order()) {
       LLMTRAIN_CHECK(w >= d.group(), "DataLoader: shard ", f, " holds ", w, " windows of ", o.seq_len,
                      " tokens, fewer than one shuffled batch of world_size * batch_size = ", d.group());
       w -= w % d.group();  // as llm.c: the last partial batch of a shard is not visited

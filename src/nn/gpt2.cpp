@@ -1,10 +1,12 @@
 #include "llmtrain/nn/gpt2.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/nn/functional/linear.h>
 #include <torch/nn/init.h>
 #include <torch/utils.h>
 
 #include <cmath>
+#include <mutex>
 
 #include "llmtrain/core/error.h"
 #include "llmtrain/ops/attention.h"
@@ -21,10 +23,10 @@ namespace {
 constexpr double kInitStd = 0.02;        // GPT-2's initializer_range
 constexpr int64_t kVocabMultiple = 128;  // padded vocab keeps the classifier GEMM aligned
 
-torch::nn::Linear make_linear(int64_t in, int64_t out, double stddev) {
+// The weight is drawn by GPT2Transformer::reset, with the model's other weights, in llm.c's order.
+torch::nn::Linear make_linear(int64_t in, int64_t out) {
   torch::nn::Linear lin(in, out);
   torch::NoGradGuard no_grad;
-  torch::nn::init::normal_(lin->weight, 0.0, stddev);
   torch::nn::init::zeros_(lin->bias);
   return lin;
 }
@@ -92,8 +94,8 @@ void GPT2Config::validate() const {
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(GPT2Config cfg_) : cfg(std::move(cfg_)) { reset(); }
 
 void CausalSelfAttentionImpl::reset() {
-  c_attn = register_module("c_attn", make_linear(cfg.n_embd(), 3 * cfg.n_embd(), kInitStd));
-  c_proj = register_module("c_proj", make_linear(cfg.n_embd(), cfg.n_embd(), residual_std(cfg)));
+  c_attn = register_module("c_attn", make_linear(cfg.n_embd(), 3 * cfg.n_embd()));
+  c_proj = register_module("c_proj", make_linear(cfg.n_embd(), cfg.n_embd()));
 }
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x, const LayerCache* cache) {
@@ -120,8 +122,8 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x, const Lay
 MLPImpl::MLPImpl(GPT2Config cfg_) : cfg(std::move(cfg_)) { reset(); }
 
 void MLPImpl::reset() {
-  c_fc = register_module("c_fc", make_linear(cfg.n_embd(), 4 * cfg.n_embd(), kInitStd));
-  c_proj = register_module("c_proj", make_linear(4 * cfg.n_embd(), cfg.n_embd(), residual_std(cfg)));
+  c_fc = register_module("c_fc", make_linear(cfg.n_embd(), 4 * cfg.n_embd()));
+  c_proj = register_module("c_proj", make_linear(4 * cfg.n_embd(), cfg.n_embd()));
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
@@ -191,6 +193,16 @@ GPT2TransformerImpl::GPT2TransformerImpl(GPT2Config cfg_) : cfg(std::move(cfg_))
 }
 
 void GPT2TransformerImpl::reset() {
+  // The weights are drawn once every module exists, from the CPU generator as it stood before the
+  // modules' constructors drew from it, in the order and sizes of llm.c's gpt2_build_from_random
+  // (wte's first vocab_size rows, wpe, then each layer's c_attn, attn.c_proj, c_fc, mlp.c_proj):
+  // after torch::manual_seed(s) the model starts from the weights llm.c starts from with seed s.
+  at::Generator draws;
+  {
+    auto global = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(global.mutex());
+    draws = global.clone();
+  }
   wte = register_module("wte", torch::nn::Embedding(cfg.padded_vocab_size(), cfg.n_embd()));
   wpe = register_module("wpe", torch::nn::Embedding(cfg.block_size(), cfg.n_embd()));
   h = register_module("h", torch::nn::ModuleList());
@@ -198,9 +210,17 @@ void GPT2TransformerImpl::reset() {
   ln_f = register_module("ln_f", make_layer_norm(cfg));
 
   torch::NoGradGuard no_grad;
-  torch::nn::init::normal_(wte->weight, 0.0, kInitStd);
+  const auto normal = [&](const torch::Tensor& w, double stddev) { w.normal_(0.0, stddev, draws); };
+  normal(wte->weight.narrow(0, 0, cfg.vocab_size()), kInitStd);
   wte->weight.narrow(0, cfg.vocab_size(), cfg.padded_vocab_size() - cfg.vocab_size()).zero_();
-  torch::nn::init::normal_(wpe->weight, 0.0, kInitStd);
+  normal(wpe->weight, kInitStd);
+  for (const auto& module : *h) {
+    const auto& block = *module->as<BlockImpl>();
+    normal(block.attn->c_attn->weight, kInitStd);
+    normal(block.attn->c_proj->weight, residual_std(cfg));
+    normal(block.mlp->c_fc->weight, kInitStd);
+    normal(block.mlp->c_proj->weight, residual_std(cfg));
+  }
 }
 
 torch::Tensor GPT2TransformerImpl::forward(const torch::Tensor& idx, KVCache* cache, const torch::Tensor& positions) {

@@ -122,6 +122,34 @@ TEST(DataLoader, BatchShuffleKeepsEachBatchARunOfTheText) {
   expect_error([&] { DataLoader{tiny}; }, {"train_000001.bin", "7 windows", "batch_size = 8"});
 }
 
+TEST(DataLoader, BatchShuffleDrawsLlmcsOrder) {
+  // The expected starts come from llm.c's DataLoader algorithm run in Python on a Mersenne Twister
+  // seeded as llm.c seeds it (init_genrand(42)): shards permuted each epoch from the last order, then
+  // each shard's batches as it is entered.
+  Shards shards({101, 57, 300});  // 6, 3 and 18 batches of 2 x 8
+  auto o = shards.options(2, 8);
+  o.shuffle_unit = llmtrain::data::ShuffleUnit::kBatch;
+  o.seed = 42;
+  const std::vector<int64_t> expected = {
+      200000, 200096, 200016, 200224, 200208, 200048, 200144, 200176, 200064, 200128, 200032, 200240,
+      200112, 200272, 200080, 200160, 200192, 200256, 100000, 100032, 100016, 0,      16,     80,
+      64,     48,     32,     200240, 200160, 200208, 200096, 200128, 200032, 200192, 200224, 200256,
+      200144, 200048, 200080, 200272, 200112, 200000, 200064, 200176, 200016, 100000, 100016, 100032,
+      32,     80,     0,      16,     48,     64};
+  DataLoader loader(o);
+  std::vector<int64_t> starts;
+  DataLoaderState mid;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    if (i == 31) mid = loader.state();  // epoch 1, inside its first shard
+    starts.push_back(loader.next().inputs[0][0].item<int64_t>());
+  }
+  EXPECT_EQ(starts, expected);
+  DataLoader resumed(o);
+  resumed.load_state(mid);
+  for (size_t i = 31; i < expected.size(); ++i)
+    EXPECT_EQ(resumed.next().inputs[0][0].item<int64_t>(), expected[i]) << "batch " << i << " after a restore";
+}
+
 TEST(DataLoader, RanksTogetherReadWhatOneProcessReadsInConsecutiveBatches) {
   Shards shards({1000, 333, 777});
   const int R = 3;

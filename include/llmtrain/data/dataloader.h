@@ -3,8 +3,9 @@
 // shards in a seeded order and each shard's windows in a seeded order (or both in file order without
 // shuffling); the epochs follow one another as one endless stream. Rank r of R takes the r-th run of B
 // windows out of every R * B, so R ranks together read exactly what one process reads in R consecutive
-// batches. With ShuffleUnit::kBatch the seeded order is of whole groups of R * B consecutive windows
-// (llm.c's order: a batch is a run of the text; a shard's last partial group is left out). The state
+// batches. With ShuffleUnit::kBatch the seeded order is of whole groups of R * B consecutive windows,
+// drawn as llm.c's DataLoader draws it (a batch is a run of the text; a shard's last partial group is
+// left out; with seed s, the batches llm.c reads on one process with seed s: 42 there). The state
 // (epoch, shard, position) names the next window, so a restored loader continues with the very same
 // batches.
 #pragma once
@@ -19,7 +20,8 @@
 namespace llmtrain::data {
 
 /// What a shuffled DataLoader puts in a seeded order: single windows, or whole batches of consecutive
-/// windows (world_size * batch_size of them, as llm.c does).
+/// windows (world_size * batch_size of them, in llm.c's order: one 32-bit Mersenne Twister seeded with
+/// the seed; each epoch permutes the last epoch's shard order, then each shard entered its batches).
 enum class ShuffleUnit { kWindow, kBatch };
 
 /// Where a DataLoader reads from and how.

@@ -147,7 +147,8 @@ struct GPT2Output {
   torch::Tensor loss;    // scalar mean cross-entropy over targets != -100; undefined without targets
 };
 
-/// GPT-2 language model with GPT-2's initialisation and a head tied to the token embedding.
+/// GPT-2 language model with GPT-2's initialisation (drawn as llm.c draws it: after torch::manual_seed(s),
+/// llm.c's initial weights for seed s) and a head tied to the token embedding.
 ///   llmtrain::nn::GPT2 model(llmtrain::nn::GPT2Config::preset("gpt2"));
 ///   auto out = model(idx, targets);  out.loss.backward();
 class GPT2Impl : public torch::nn::Cloneable<GPT2Impl> {
