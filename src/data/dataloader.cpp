@@ -108,7 +108,11 @@ struct DataLoader::Impl {
     if (++cur.position < windows[size_t(shard_order[size_t(cur.shard)])]) return;
     cur.position = 0;
     if (++cur.shard < int64_t(shards.size())) enter_shard();
-    else seek({cur.epoch + 1, 0, 0});  // the stream goes straight on into the next epoch
+    else if (batch_order()) {  // llm.c's generator runs on: the new epoch permutes the last shard order
+      cur = {cur.epoch + 1, 0, 0};
+      detail::shuffle_in_place(shard_order, llmc_rng);
+      enter_shard();
+    } else seek({cur.epoch + 1, 0, 0});  // the stream goes straight on into the next epoch
   }
 
   // One batch of this rank's windows, read into host memory; returns the state after its group.
