@@ -68,6 +68,7 @@ Row run(const Variant& v, int64_t B, int64_t T, int steps, int warmup, double pe
   llmtrain::optim::OptimizerOptions o;
   o.schedule.lr = 6e-4;
   o.precision = v.precision;
+  o.stochastic_rounding = v.kernels;  // the plain LibTorch rows round their bf16 copies to nearest
   llmtrain::optim::MixedPrecisionOptimizer opt(*model, o);
   const auto idx = torch::randint(50257, {B, T + 1}, torch::TensorOptions().dtype(torch::kLong).device(torch::kCUDA));
   const auto inputs = idx.narrow(1, 0, T).contiguous(), targets = idx.narrow(1, 1, T).contiguous();

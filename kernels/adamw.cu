@@ -4,6 +4,7 @@
 // in flight), element by element elsewhere.
 #include "adamw.cuh"
 #include "common/common.cuh"
+#include "common/rounding.h"
 
 namespace llmtrain::kernels {
 namespace {
@@ -44,7 +45,14 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
-template <typename G>
+// The bf16 copy of master weight w, element i of tensor t.
+template <bool Stochastic>
+__device__ __forceinline__ __nv_bfloat16 to_param(float w, const AdamWTensor& t, int64_t i) {
+  if constexpr (Stochastic) return __ushort_as_bfloat16(bf16_bits_stochastic(w, t.round_key, i));
+  return __float2bfloat16_rn(w);
+}
+
+template <typename G, bool Stochastic>
 __global__ void __launch_bounds__(kThreads)
     adamw_kernel(const AdamWTensor* __restrict__ tensors, const AdamWChunk* __restrict__ chunks, float lr, float beta1,
                  float beta2, float eps, float bc1, float bc2, const float* __restrict__ scale) {
@@ -79,7 +87,12 @@ __global__ void __launch_bounds__(kThreads)
       store_floats<V>(t.exp_avg + i, m);
       store_floats<V>(t.exp_avg_sq + i, v);
       store_floats<V>(t.master + i, w);
-      if (param) store_floats<V>(param + i, w);
+      if (param) {
+        Pack<__nv_bfloat16, V> pk;
+#pragma unroll
+        for (int k = 0; k < V; ++k) pk.v[k] = to_param<Stochastic>(w[k], t, i + k);
+        *reinterpret_cast<Pack<__nv_bfloat16, V>*>(param + i) = pk;
+      }
     }
     tail = c.start + (end - c.start) / V * V;
   }
@@ -89,7 +102,7 @@ __global__ void __launch_bounds__(kThreads)
     t.exp_avg[i] = m;
     t.exp_avg_sq[i] = v;
     t.master[i] = w;
-    if (param) param[i] = __float2bfloat16_rn(w);
+    if (param) param[i] = to_param<Stochastic>(w, t, i);
   }
 }
 
@@ -118,21 +131,35 @@ cudaError_t launch_grad_norm_finish(const float* partials, int64_t num_chunks, f
   return cudaGetLastError();
 }
 
+namespace {
+
+template <typename G>
+void launch_adamw_as(const AdamWTensor* tensors, const AdamWChunk* chunks, int64_t num_chunks, float lr, float beta1,
+                     float beta2, float eps, float bc1, float bc2, const float* scale, bool stochastic,
+                     cudaStream_t stream) {
+  if (stochastic)
+    adamw_kernel<G, true><<<num_chunks, kThreads, 0, stream>>>(tensors, chunks, lr, beta1, beta2, eps, bc1, bc2, scale);
+  else
+    adamw_kernel<G, false>
+        <<<num_chunks, kThreads, 0, stream>>>(tensors, chunks, lr, beta1, beta2, eps, bc1, bc2, scale);
+}
+
+}  // namespace
+
 cudaError_t launch_adamw(const AdamWTensor* tensors, const AdamWChunk* chunks, int64_t num_chunks, DType grad_dtype,
                          float lr, float beta1, float beta2, float eps, float bc1, float bc2, const float* scale,
-                         cudaStream_t stream) {
+                         bool stochastic, cudaStream_t stream) {
   if (num_chunks == 0) return cudaSuccess;
   switch (grad_dtype) {
     case DType::kFloat32:
-      adamw_kernel<float><<<num_chunks, kThreads, 0, stream>>>(tensors, chunks, lr, beta1, beta2, eps, bc1, bc2, scale);
+      launch_adamw_as<float>(tensors, chunks, num_chunks, lr, beta1, beta2, eps, bc1, bc2, scale, stochastic, stream);
       break;
     case DType::kBFloat16:
-      adamw_kernel<__nv_bfloat16>
-          <<<num_chunks, kThreads, 0, stream>>>(tensors, chunks, lr, beta1, beta2, eps, bc1, bc2, scale);
+      launch_adamw_as<__nv_bfloat16>(tensors, chunks, num_chunks, lr, beta1, beta2, eps, bc1, bc2, scale, stochastic,
+                                     stream);
       break;
     case DType::kFloat16:
-      adamw_kernel<__half>
-          <<<num_chunks, kThreads, 0, stream>>>(tensors, chunks, lr, beta1, beta2, eps, bc1, bc2, scale);
+      launch_adamw_as<__half>(tensors, chunks, num_chunks, lr, beta1, beta2, eps, bc1, bc2, scale, stochastic, stream);
       break;
   }
   return cudaGetLastError();

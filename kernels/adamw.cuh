@@ -25,6 +25,7 @@ struct AdamWTensor {
   float* exp_avg_sq;   // second moment
   int64_t numel;
   float weight_decay;  // decoupled: master *= 1 - lr * weight_decay
+  uint64_t round_key;  // the stochastic rounding's key for this tensor's bf16 copy (rounding.h)
 };
 
 /// Chunk c of the launch: elements [start, min(start + kAdamWChunk, numel)) of tensors[tensor].
@@ -44,9 +45,10 @@ cudaError_t launch_grad_norm_finish(const float* partials, int64_t num_chunks, f
                                     float* out, cudaStream_t stream);
 
 /// AdamW with bias corrections bc1 = 1 - beta1^step, bc2 = 1 - beta2^step, on g = grad * scale[0];
-/// nothing is written when scale[0] is not finite.
+/// nothing is written when scale[0] is not finite. The bf16 copies are rounded stochastically (keyed by
+/// each tensor's round_key and the element's index) when `stochastic`, to nearest otherwise.
 cudaError_t launch_adamw(const AdamWTensor* tensors, const AdamWChunk* chunks, int64_t num_chunks, DType grad_dtype,
                          float lr, float beta1, float beta2, float eps, float bc1, float bc2, const float* scale,
-                         cudaStream_t stream);
+                         bool stochastic, cudaStream_t stream);
 
 }  // namespace llmtrain::kernels

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "../../kernels/common/rounding.h"
 #include "llmtrain/config.h"
 #include "llmtrain/core/error.h"
 #include "llmtrain/ops/dispatch.h"
@@ -25,7 +26,33 @@ void check_grads(const std::vector<at::Tensor>& grads) {
   }
 }
 
+// The bfloat16 copy of `master`, rounded as the CUDA kernel rounds it (kernels::bf16_bits_stochastic,
+// the same bits) in ATen ops on master's device: int64 arithmetic wraps as uint64's does, and a masked
+// arithmetic shift is the logical one.
+at::Tensor stochastic_bf16(const at::Tensor& master, uint64_t key) {
+  const auto shr = [](const at::Tensor& z, int s) {
+    return z.bitwise_right_shift(s).bitwise_and(int64_t(~uint64_t(0) >> s));
+  };
+  const auto mix = [&](at::Tensor z) {  // kernels::mix64
+    z = z.bitwise_xor(shr(z, 30)).mul_(int64_t(0xbf58476d1ce4e5b9ull));
+    z = z.bitwise_xor(shr(z, 27)).mul_(int64_t(0x94d049bb133111ebull));
+    return z.bitwise_xor(shr(z, 31));
+  };
+  const at::Tensor w = master.contiguous();
+  const auto i64 = w.options().dtype(at::kLong);
+  const at::Tensor index = at::arange(1, w.numel() + 1, i64).view(w.sizes());
+  const at::Tensor r = shr(mix(index.mul(int64_t(0x9e3779b97f4a7c15ull)).add_(int64_t(key))), 48);
+  const at::Tensor u = w.view(at::kInt).to(at::kLong).bitwise_and_(int64_t(0xffffffff));  // the float's bits
+  at::Tensor bits = shr(u.add_(r), 16);                                                      // 0 .. 65535
+  bits = bits.sub_(bits.ge(32768).to(at::kLong).mul_(65536)).to(at::kShort);               // as int16
+  return at::where(w.isfinite(), bits.view(at::kBFloat16), w.to(at::kBFloat16));  // inf, NaN: to nearest
+}
+
 }  // namespace
+
+uint64_t round_key(const AdamWHyper& h, size_t index) {
+  return kernels::mix64(kernels::mix64(h.round_seed ^ kernels::mix64(uint64_t(h.step))) + uint64_t(index));
+}
 
 at::Tensor grad_norm_scale(const std::vector<at::Tensor>& grads, double inv_scale, double max_norm) {
   check_grads(grads);
@@ -68,7 +95,11 @@ void adamw_step(const std::vector<at::Tensor>& masters, const std::vector<at::Te
     shape_of(grads[i], "grads");
     shape_of(exp_avgs[i], "exp_avgs");
     shape_of(exp_avg_sqs[i], "exp_avg_sqs");
-    if (!params.empty()) shape_of(params[i], "params");
+    if (!params.empty()) {
+      shape_of(params[i], "params");
+      LLMTRAIN_CHECK(params[i].scalar_type() == at::kBFloat16, "adamw_step: params[", i,
+                     "] must be bfloat16, got ", params[i].scalar_type());
+    }
   }
   if (n == 0) return;
 #if LLMTRAIN_WITH_CUDA
@@ -86,7 +117,8 @@ void adamw_step(const std::vector<at::Tensor>& masters, const std::vector<at::Te
     exp_avg_sqs[i].mul_(h.beta2).addcmul_(g, g, 1 - h.beta2);
     const at::Tensor denom = (exp_avg_sqs[i].sqrt() / std::sqrt(bc2)).add_(h.eps);
     masters[i].addcdiv_(exp_avgs[i], denom, -h.lr / bc1);
-    if (!params.empty()) params[i].copy_(masters[i]);
+    if (!params.empty())
+      params[i].copy_(h.stochastic_rounding ? stochastic_bf16(masters[i], round_key(h, i)) : masters[i]);
   }
 }
 

@@ -87,10 +87,9 @@ void adamw_step(const std::vector<at::Tensor>& masters, const std::vector<at::Te
     d.exp_avg_sq = exp_avg_sqs[i].data_ptr<float>();
     d.numel = masters[i].numel();
     d.weight_decay = float(weight_decays[i]);
+    d.round_key = round_key(h, i);
     if (!params.empty()) {
       check_contiguous(params[i], "params", i);
-      LLMTRAIN_CHECK(params[i].scalar_type() == at::kBFloat16, "adamw_step: params[", i, "] must be bfloat16, got ",
-                     params[i].scalar_type());
       d.param = params[i].data_ptr();
     }
     table.push_back(d);
@@ -102,7 +101,8 @@ void adamw_step(const std::vector<at::Tensor>& masters, const std::vector<at::Te
   LLMTRAIN_CUDA_CHECK(kernels::launch_adamw(t.tensors, t.chunks, t.num_chunks,
                                             kernel_dtype(grads[0], "optimizer kernels: gradients"), float(h.lr),
                                             float(h.beta1), float(h.beta2), float(h.eps), float(bc1), float(bc2),
-                                            norm_scale.data_ptr<float>() + 1, at::cuda::getCurrentCUDAStream()));
+                                            norm_scale.data_ptr<float>() + 1, h.stochastic_rounding,
+                                            at::cuda::getCurrentCUDAStream()));
 }
 
 }  // namespace llmtrain::ops::cuda

@@ -139,12 +139,6 @@ void MixedPrecisionOptimizer::zero_grad() {
     for (auto& m : masters_) m.mutable_grad() = torch::Tensor();
 }
 
-void MixedPrecisionOptimizer::sync_params_from_masters() {
-  if (o_.precision != Precision::kBF16Master) return;
-  torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < params_.size(); ++i) params_[i].copy_(masters_[i]);
-}
-
 StepInfo MixedPrecisionOptimizer::step(int64_t step) {
   queue_step(step);
   return finish_step();
@@ -189,6 +183,8 @@ void MixedPrecisionOptimizer::queue_step(int64_t step) {
   h.beta2 = o_.beta2;
   h.eps = o_.eps;
   h.step = done + 1;
+  h.stochastic_rounding = o_.stochastic_rounding;
+  h.round_seed = o_.seed;
   ops::adamw_step(masters_, grads, exp_avgs, exp_avg_sqs,
                   o_.precision == Precision::kBF16Master ? params_ : std::vector<torch::Tensor>{}, decays, h,
                   norm_scale);

@@ -37,7 +37,7 @@ std::vector<Field> fields(TrainerConfig& c) {
       {"train.schedule", &c.train.schedule},     {"train.weight_decay", &c.train.weight_decay},
       {"train.beta1", &c.train.beta1},           {"train.beta2", &c.train.beta2},
       {"train.grad_clip", &c.train.grad_clip},   {"train.precision", &c.train.precision},
-      {"train.seed", &c.train.seed},             {"train.cuda_graph", &c.train.cuda_graph},
+      {"train.rounding", &c.train.rounding},     {"train.seed", &c.train.seed},             {"train.cuda_graph", &c.train.cuda_graph},
       {"train.bucket_mb", &c.train.bucket_mb},   {"eval.every", &c.eval.every},
       {"eval.batches", &c.eval.batches},         {"checkpoint.every", &c.checkpoint.every},
       {"checkpoint.keep", &c.checkpoint.keep},   {"sample.every", &c.sample.every},
@@ -113,6 +113,8 @@ void validate(const TrainerConfig& c, const std::string& source) {
                  ": data.format must be auto, shards or sft, got \"", c.data.format, "\"");
   LLMTRAIN_CHECK(c.data.shuffle_unit == "window" || c.data.shuffle_unit == "batch", source,
                  ": data.shuffle_unit must be window or batch, got \"", c.data.shuffle_unit, "\"");
+  LLMTRAIN_CHECK(c.train.rounding == "stochastic" || c.train.rounding == "nearest", source,
+                 ": train.rounding must be stochastic or nearest, got \"", c.train.rounding, "\"");
   LLMTRAIN_CHECK(c.tokenizer.kind.empty() || c.tokenizer.kind == "gpt2" || c.tokenizer.kind == "sentencepiece", source,
                  ": tokenizer.kind must be gpt2 or sentencepiece (or empty), got \"", c.tokenizer.kind, "\"");
   LLMTRAIN_CHECK(!c.sft() || !c.tokenizer.kind.empty(), source, ": data.train ", c.data.train,
@@ -155,6 +157,8 @@ optim::OptimizerOptions TrainerConfig::optimizer() const {
   o.weight_decay = train.weight_decay;
   o.grad_clip = train.grad_clip;
   o.precision = optim::parse_precision(train.precision);
+  o.stochastic_rounding = train.rounding == "stochastic";
+  o.seed = train.seed;
   return o;
 }
 

@@ -591,8 +591,8 @@ bool Trainer::resume_if_possible() {
       LLMTRAIN_CHECK(masters.size() == d.opt->master_params().size(), "checkpoint ", dir, ": master.pt holds ",
                      masters.size(), " tensors, expected ", d.opt->master_params().size());
       torch::NoGradGuard no_grad;
+      // model.pt holds the bf16 copies as they were rounded (stochastically): they stay as loaded.
       for (size_t i = 0; i < masters.size(); ++i) d.opt->master_params()[i].copy_(masters[i]);
-      d.opt->sync_params_from_masters();
     });
   }
   load("rng.pt", [&](const std::string& p) {

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "../../kernels/common/rounding.h"
 #include "llmtrain/core/error.h"
 #include "llmtrain/ops/adamw.h"
 #include "llmtrain/ops/attention.h"
@@ -354,6 +355,67 @@ TEST(OpsAdamW, ReferenceStepEqualsLibTorchAdamW) {
     adamw.step();
   }
   for (size_t i = 0; i < ours.size(); ++i) EXPECT_TRUE(torch::allclose(ours[i], theirs[i].detach(), 1e-6, 1e-7)) << i;
+}
+
+TEST(OpsAdamW, StochasticRoundingIsUnbiasedAndDependsOnSeedStepAndTensor) {
+  // lr 0 leaves the masters as they are, so the bf16 copies show the rounding alone. 1 + 2^-10 lies an
+  // eighth of a bf16 step (2^-7) above 1: rounded to nearest it is 1, stochastically 1 + 2^-7 one time
+  // in eight, so the copies' mean is the master's.
+  constexpr int64_t n = 1 << 17;
+  const float x = 1.0f + std::ldexp(1.0f, -10), up = 1.0f + std::ldexp(1.0f, -7);
+  const auto masters = [&] { return std::vector<torch::Tensor>{torch::full({n}, x), torch::full({n}, -x)}; };
+  const auto copies = [&](uint64_t seed, int64_t step, bool stochastic) {
+    auto w = masters();
+    std::vector<torch::Tensor> g = {torch::ones({n}), torch::ones({n})};
+    std::vector<torch::Tensor> m = {torch::zeros({n}), torch::zeros({n})}, v = {torch::zeros({n}), torch::zeros({n})};
+    std::vector<torch::Tensor> p = {torch::zeros({n}, torch::kBFloat16), torch::zeros({n}, torch::kBFloat16)};
+    ops::AdamWHyper h;
+    h.step = step;
+    h.stochastic_rounding = stochastic;
+    h.round_seed = seed;
+    ops::adamw_step(w, g, m, v, p, {0.0, 0.0}, h, ops::grad_norm_scale(g, 1.0, 0.0));
+    EXPECT_TRUE(torch::equal(w[0], masters()[0]));
+    return p;
+  };
+  const auto nearest = copies(1, 1, false);
+  EXPECT_TRUE(torch::equal(nearest[0], torch::ones({n}, torch::kBFloat16)));
+  const auto a = copies(1, 1, true);
+  for (int sign : {1, -1}) {
+    const auto got = a[sign == 1 ? 0 : 1].to(torch::kFloat) * sign;
+    EXPECT_TRUE(((got == 1.0f) | (got == up)).all().item<bool>()) << "only the two neighbours, sign " << sign;
+    // The mean's standard error is 2^-7 * sqrt(7/64 / n) = 9e-6.
+    EXPECT_NEAR(got.mean().item<double>(), double(x), 5e-5) << "sign " << sign;
+  }
+  EXPECT_FALSE(torch::equal(a[0], -a[1])) << "each tensor draws its own bits";
+  EXPECT_TRUE(torch::equal(copies(1, 1, true)[0], a[0])) << "the same seed and step round alike";
+  EXPECT_FALSE(torch::equal(copies(1, 2, true)[0], a[0])) << "another step draws other bits";
+  EXPECT_FALSE(torch::equal(copies(2, 1, true)[0], a[0])) << "another seed draws other bits";
+  {  // The ATen reference draws kernels::bf16_bits_stochastic's bits (which the CUDA kernel runs).
+    std::vector<torch::Tensor> w = {torch::randn({4099}) * 1e3}, g = {torch::zeros({4099})};
+    std::vector<torch::Tensor> m = {torch::zeros({4099})}, v = {torch::zeros({4099})};
+    std::vector<torch::Tensor> p = {torch::zeros({4099}, torch::kBFloat16)};
+    ops::AdamWHyper h;
+    h.step = 7;
+    h.stochastic_rounding = true;
+    h.round_seed = 1234567;
+    ops::adamw_step(w, g, m, v, p, {0.0}, h, ops::grad_norm_scale(g, 1.0, 0.0));
+    const auto* bits = reinterpret_cast<const uint16_t*>(p[0].data_ptr());
+    int64_t same = 0;
+    for (int64_t i = 0; i < 4099; ++i)
+      same += bits[i] == llmtrain::kernels::bf16_bits_stochastic(w[0][i].item<float>(), ops::round_key(h, 0), i);
+    EXPECT_EQ(same, 4099);
+  }
+  // Non-finite masters keep their value.
+  std::vector<torch::Tensor> w = {torch::tensor({INFINITY, -INFINITY, NAN, 3.0f})}, g = {torch::zeros({4})};
+  std::vector<torch::Tensor> m = {torch::zeros({4})}, v = {torch::zeros({4})}, p = {torch::zeros({4}, torch::kBFloat16)};
+  ops::AdamWHyper h;
+  h.stochastic_rounding = true;
+  ops::adamw_step(w, g, m, v, p, {0.0}, h, ops::grad_norm_scale(g, 1.0, 0.0));
+  const auto pf = p[0].to(torch::kFloat);
+  EXPECT_EQ(pf[0].item<float>(), INFINITY);
+  EXPECT_EQ(pf[1].item<float>(), -INFINITY);
+  EXPECT_TRUE(std::isnan(pf[2].item<float>()));
+  EXPECT_EQ(pf[3].item<float>(), 3.0f);
 }
 
 TEST(OpsAdamW, NormScaleClipsAndBadInputNamesTheTensor) {

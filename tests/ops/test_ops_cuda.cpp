@@ -138,9 +138,11 @@ struct AdamWCase {
     c.decays = decays;
     return c;
   }
-  void step(int64_t n, double inv_scale, double clip) {
+  void step(int64_t n, double inv_scale, double clip, double lr = 1e-2, bool stochastic = false) {
     llmtrain::ops::AdamWHyper h;
-    h.lr = 1e-2;
+    h.lr = lr;
+    h.stochastic_rounding = stochastic;
+    h.round_seed = 42;
     h.beta1 = 0.9;
     h.beta2 = 0.95;
     h.step = n;
@@ -194,6 +196,28 @@ TEST(OpsAdamW, FusedStepMatchesReference_CUDA) {
         if (bf16_params) EXPECT_TRUE(torch::equal(gpu.params[i], gpu.masters[i].to(torch::kBFloat16))) << "param " << i;
       }
     }
+}
+
+TEST(OpsAdamW, FusedStochasticRoundingDrawsTheReferenceBits_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  // lr 0 keeps the masters bit for bit on both paths, so the bf16 copies must agree exactly: the
+  // rounding bits depend on seed, step, tensor and element, never on the launch.
+  AdamWCase cpu = make_case(torch::kFloat, true);
+  AdamWCase gpu = cpu.to(torch::kCUDA);
+  auto& m = gpu.masters[3];  // a misaligned master: that tensor takes the element-by-element path
+  const auto store = torch::empty({m.numel() + 1}, m.options());
+  store.narrow(0, 1, m.numel()).copy_(m);
+  m = store.narrow(0, 1, m.numel());
+  for (int64_t s = 1; s <= 2; ++s) {
+    cpu.step(s, 1.0, 1.0, 0.0, true);
+    gpu.step(s, 1.0, 1.0, 0.0, true);
+    for (size_t i = 0; i < cpu.params.size(); ++i) {
+      EXPECT_TRUE(torch::equal(gpu.masters[i].cpu(), cpu.masters[i])) << "master " << i;
+      EXPECT_TRUE(torch::equal(gpu.params[i].cpu(), cpu.params[i])) << "step " << s << ", param " << i;
+      if (cpu.params[i].numel() > 1000)
+        EXPECT_FALSE(torch::equal(cpu.params[i], cpu.masters[i].to(torch::kBFloat16))) << "not to nearest " << i;
+    }
+  }
 }
 
 TEST(OpsAdamW, NonFiniteGradientMakesTheFusedStepANoOp_CUDA) {

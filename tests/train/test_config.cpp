@@ -31,6 +31,8 @@ TEST(TrainerConfig, ParsesSectionsAndKeepsDefaults) {
   EXPECT_EQ(c.device, "auto");      // default
   EXPECT_DOUBLE_EQ(c.optimizer().schedule.at(100), 6e-4);
   EXPECT_EQ(c.optimizer().precision, llmtrain::optim::Precision::kBF16Master);
+  EXPECT_TRUE(c.optimizer().stochastic_rounding);  // default
+  EXPECT_EQ(c.optimizer().seed, 42u);
   // to_json writes every key; parsing it gives the same configuration.
   const auto again = TrainerConfig::parse(c.to_json(), "roundtrip");
   EXPECT_EQ(again.to_json(), c.to_json());
@@ -59,6 +61,8 @@ TEST(TrainerConfig, BadInputNamesTheKeyAndTheSource) {
   expect_error([] { TrainerConfig::parse(R"({"train": {"batch_size": 0}})", "a.json"); }, {"train.batch_size must be at least 1"});
   expect_error([] { TrainerConfig::parse(R"({"train": {"precision": "int8"}})", "a.json"); }, {"a.json", "precision \"int8\""});
   expect_error([] { TrainerConfig::parse(R"({"train": {"schedule": "step"}})", "a.json"); }, {"schedule \"step\""});
+  expect_error([] { TrainerConfig::parse(R"({"train": {"rounding": "up"}})", "a.json"); },
+               {"a.json", "train.rounding must be stochastic or nearest", "\"up\""});
   expect_error([] { TrainerConfig::parse(R"({"model": {"preset": "gpt5"}})", "a.json"); }, {"unknown preset \"gpt5\""});
   expect_error([] { TrainerConfig::parse(R"({"train": {"seq_len": 4096}, "model": {"preset": "gpt2"}})", "a.json"); },
                {"train.seq_len 4096 exceeds the model's block_size 1024"});

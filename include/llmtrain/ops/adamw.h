@@ -21,11 +21,19 @@ at::Tensor grad_norm_scale(const std::vector<at::Tensor>& grads, double inv_scal
 struct AdamWHyper {
   double lr = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   int64_t step = 1;  // this step's number, from 1 (bias corrections)
+  // The bf16 copies: rounded stochastically (unbiased: updates smaller than a bf16 step still move the
+  // copy on average) from bits that depend on (round_seed, step, tensor index, element index) alone,
+  // or to nearest.
+  bool stochastic_rounding = false;
+  uint64_t round_seed = 0;
 };
+
+/// The key adamw_step rounds tensor `index`'s bf16 copy with (kernels/common/rounding.h).
+uint64_t round_key(const AdamWHyper& hyper, size_t index);
 
 /// For each i, with g = grads[i] * norm_scale[1]: decoupled weight decay masters[i] *= 1 - lr *
 /// weight_decays[i], then Adam's update of masters[i] with exp_avgs[i] and exp_avg_sqs[i] (float32,
-/// updated in place), then params[i] = masters[i] when `params` is not empty (bf16 copies). Nothing
+/// updated in place), then params[i] = masters[i] rounded to bfloat16 when `params` is not empty. Nothing
 /// changes when norm_scale[1] is not finite. Throws llmtrain::Error naming the tensor whose shape,
 /// dtype or device does not fit.
 ///   llmtrain::ops::adamw_step(masters, grads, m, v, {}, wds, {.lr = 6e-4, .step = 1}, norm_scale);

@@ -69,6 +69,10 @@ struct OptimizerOptions {
   double weight_decay = 0.1;
   double grad_clip = 1.0;  // <= 0: no clipping (the norm is still measured)
   Precision precision = Precision::kFP32;
+  // bf16-master: the bf16 copies are rounded stochastically from the masters (as llm.c rounds them),
+  // with bits drawn from (seed, step, tensor, element): a resumed run rounds as an unbroken one.
+  bool stochastic_rounding = true;
+  uint64_t seed = 0;
   GradScalerOptions scaler;
 };
 
@@ -126,8 +130,6 @@ class MixedPrecisionOptimizer {
   GradScaler& scaler() { return scaler_; }
   /// The fp32 tensors AdamW updates: the model's parameters, or their master copies (bf16-master).
   const std::vector<torch::Tensor>& master_params() const { return masters_; }
-  /// After loading master weights: copy them into the model's (bf16) parameters.
-  void sync_params_from_masters();
 
  private:
   OptimizerOptions o_;
