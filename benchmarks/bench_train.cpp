@@ -54,6 +54,7 @@ struct Variant {
   bool graph = false;   // the forward and backward as a CUDA graph
   std::string without, with;  // one op off, or one default-off op on
   bool dp = false;      // through DataParallel over a one-rank NcclCommunicator
+  bool zero = false;    // and ZeRO-1 (its one shard: every parameter)
 };
 
 Row run(const Variant& v, int64_t B, int64_t T, int steps, int warmup, double peak_flops) {
@@ -82,8 +83,13 @@ Row run(const Variant& v, int64_t B, int64_t T, int steps, int warmup, double pe
     return l.detach();
   };
   std::unique_ptr<llmtrain::dist::DataParallel> dp;
-  if (v.dp) dp = std::make_unique<llmtrain::dist::DataParallel>(
-                model->parameters(), llmtrain::dist::NcclCommunicator::create(nullptr, torch::Device(torch::kCUDA, 0)));
+  if (v.dp) {
+    const auto comm = llmtrain::dist::NcclCommunicator::create(nullptr, torch::Device(torch::kCUDA, 0));
+    llmtrain::dist::DataParallelOptions dpo;
+    dpo.shard_optimizer = v.zero;
+    dp = std::make_unique<llmtrain::dist::DataParallel>(model->parameters(), comm, dpo);
+    if (v.zero) llmtrain::train::shard_optimizer(opt, *dp, comm);
+  }
   std::unique_ptr<llmtrain::train::GraphedStep> graph;
   if (v.graph) graph = std::make_unique<llmtrain::train::GraphedStep>(model->parameters(), micro_step);
   c10::cuda::CUDACachingAllocator::emptyCache();
@@ -147,7 +153,9 @@ int main(int argc, char** argv) {
   bool sync_row = false, eager_row = false, dp_row = false;
   app.add_flag("--sync", sync_row, "also run llmtrain eagerly, reading each step's loss and norm before the next is queued");
   app.add_flag("--eager", eager_row, "also run llmtrain without the CUDA graph");
-  app.add_flag("--dp", dp_row, "also run llmtrain eagerly through DataParallel over NCCL at world size 1 (and eagerly without)");
+  app.add_flag("--dp", dp_row,
+               "also run llmtrain eagerly through DataParallel over NCCL at world size 1, plain and with ZeRO-1 "
+               "(and eagerly without)");
   CLI11_PARSE(app, argc, argv);
   if (batches.empty()) batches = {16, 32};
   default_ops();  // before any row switches kernels
@@ -171,6 +179,9 @@ int main(int argc, char** argv) {
       if (dp_row) {
         Variant v{"llmtrain-dp1", true, Precision::kBF16Master};
         v.dp = true;
+        add(v);
+        v.name = "llmtrain-zero1";
+        v.zero = true;
         add(v);
       }
       if (sync_row) add({"llmtrain-sync", true, Precision::kBF16Master, /*sync=*/true});

@@ -133,6 +133,18 @@ void NcclCommunicator::start_all_reduce_avg(torch::Tensor& t) {
   s_->started = true;
 }
 
+void NcclCommunicator::start_reduce_scatter_avg(const torch::Tensor& input, torch::Tensor& output) {
+  detail::check_parts("start_reduce_scatter_avg", input, output, size_);
+  LLMTRAIN_CHECK(input.is_cuda() && output.is_cuda(), "NcclCommunicator::start_reduce_scatter_avg: takes CUDA tensors");
+  torch::Tensor in = input;
+  s_->run("start_reduce_scatter_avg", {&in, &output}, false, [&](std::vector<torch::Tensor>& x, cudaStream_t st) {
+    check_nccl(ncclReduceScatter(x[0].data_ptr(), x[1].data_ptr(), size_t(x[1].numel()),
+                                 nccl_type(x[1], "start_reduce_scatter_avg"), ncclAvg, s_->comm, st),
+               "ncclReduceScatter");
+  });
+  s_->started = true;
+}
+
 void NcclCommunicator::wait() {
   if (!s_->started) return;
   c10::cuda::CUDAGuard guard(s_->device);

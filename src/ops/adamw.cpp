@@ -61,7 +61,11 @@ at::Tensor grad_norm_scale(const std::vector<at::Tensor>& grads, double inv_scal
 #endif
   std::vector<at::Tensor> norms;
   for (const auto& g : grads) norms.push_back(g.to(at::kFloat).norm());
-  const at::Tensor norm = at::stack(norms).norm() * inv_scale;
+  return norm_scale_from_norm(at::stack(norms).norm(), inv_scale, max_norm);
+}
+
+at::Tensor norm_scale_from_norm(const at::Tensor& raw_norm, double inv_scale, double max_norm) {
+  const at::Tensor norm = raw_norm.to(at::kFloat).reshape({}) * inv_scale;
   at::Tensor factor = at::full({}, inv_scale, norm.options());
   if (max_norm > 0) factor = at::where(norm > max_norm, factor * (max_norm / (norm + 1e-6)), factor);
   factor = at::where(norm.isfinite(), factor, at::full({}, NAN, norm.options()));

@@ -107,11 +107,16 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(torch::nn::Module& model, Optim
   for (const auto& p : model.parameters())
     if (p.requires_grad()) params_.push_back(p);
   LLMTRAIN_CHECK(!params_.empty(), "optimizer: the model has no trainable parameters");
-  for (const auto& p : params_)
+  for (const auto& p : params_) {
     masters_.push_back(o_.precision == Precision::kBF16Master ? p.detach().to(torch::kFloat).clone() : p);
+    decays_.push_back(takes_decay(p));
+  }
+  make_adamw();
+}
 
+void MixedPrecisionOptimizer::make_adamw() {
   std::vector<torch::Tensor> decay, no_decay;
-  split_decay(masters_, decay, no_decay);
+  for (size_t i = 0; i < masters_.size(); ++i) (decays_[i] ? decay : no_decay).push_back(masters_[i]);
   const auto group_options = [&](double wd) {
     return std::make_unique<torch::optim::AdamWOptions>(
         torch::optim::AdamWOptions(o_.schedule.at(0)).betas({o_.beta1, o_.beta2}).eps(o_.eps).weight_decay(wd));
@@ -120,6 +125,27 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(torch::nn::Module& model, Optim
   if (!decay.empty()) groups.emplace_back(decay, group_options(o_.weight_decay));
   if (!no_decay.empty()) groups.emplace_back(no_decay, group_options(0.0));
   adamw_ = std::make_unique<torch::optim::AdamW>(groups, *group_options(o_.weight_decay));
+}
+
+void MixedPrecisionOptimizer::shard(ParameterShard shard) {
+  LLMTRAIN_CHECK(!queued_ && adamw_->state().empty(), "optimizer: shard() must come before the first step");
+  LLMTRAIN_CHECK(shard.sum_over_ranks && shard.gather, "optimizer: a shard needs sum_over_ranks and gather");
+  torch::NoGradGuard no_grad;
+  masters_.clear();
+  decays_.clear();
+  for (const auto& s : shard.slices) {
+    LLMTRAIN_CHECK(s.param < params_.size() && s.offset >= 0 && s.length > 0 &&
+                       s.offset + s.length <= params_[s.param].numel() && s.grad.numel() == s.length &&
+                       s.value.numel() == s.length && s.value.scalar_type() == params_[s.param].scalar_type(),
+                   "optimizer: shard slice of parameter ", s.param, " (offset ", s.offset, ", length ", s.length,
+                   ") does not fit the model's parameters");
+    // fp32 parameters are updated in the slice's value itself; bf16 ones through an fp32 master.
+    masters_.push_back(s.value.scalar_type() == torch::kFloat ? s.value : s.value.to(torch::kFloat));
+    decays_.push_back(takes_decay(params_[s.param]));
+  }
+  shard_ = std::move(shard);
+  sharded_ = true;
+  make_adamw();
 }
 
 MixedPrecisionOptimizer::~MixedPrecisionOptimizer() = default;
@@ -152,11 +178,15 @@ void MixedPrecisionOptimizer::queue_step(int64_t step) {
   // The gradients as backward left them (bf16 for bf16-master: the kernels read them as they are).
   std::vector<torch::Tensor> grads, exp_avgs, exp_avg_sqs;
   std::vector<double> decays;
-  for (size_t i = 0; i < params_.size(); ++i)
-    grads.push_back(params_[i].grad().defined() ? params_[i].grad().contiguous() : torch::zeros_like(params_[i]));
+  if (sharded_)
+    for (const auto& s : shard_.slices) grads.push_back(s.grad);
+  else
+    for (size_t i = 0; i < params_.size(); ++i)
+      grads.push_back(params_[i].grad().defined() ? params_[i].grad().contiguous() : torch::zeros_like(params_[i]));
   // Adam's moments live in torch::optim::AdamW's state (so checkpoints keep its format); made on first use.
   int64_t done = 0;  // steps taken: the same for every tensor
-  for (const auto& m : masters_) {
+  for (size_t i = 0; i < masters_.size(); ++i) {
+    const auto& m = masters_[i];
     auto& slot = adamw_->state()[m.unsafeGetTensorImpl()];
     if (!slot) {
       auto fresh = std::make_unique<torch::optim::AdamWParamState>();
@@ -173,10 +203,18 @@ void MixedPrecisionOptimizer::queue_step(int64_t step) {
     done = st.step();
     exp_avgs.push_back(st.exp_avg());
     exp_avg_sqs.push_back(st.exp_avg_sq());
-    decays.push_back(takes_decay(m) ? o_.weight_decay : 0.0);
+    decays.push_back(decays_[i] ? o_.weight_decay : 0.0);
   }
   const double inv_scale = o_.precision == Precision::kFP16 ? 1.0 / scaler_.scale_value() : 1.0;
-  const torch::Tensor norm_scale = ops::grad_norm_scale(grads, inv_scale, o_.grad_clip);
+  torch::Tensor norm_scale;
+  if (sharded_) {  // the global norm from every rank's squared norm of its slices
+    const auto f32 = params_[0].options().dtype(torch::kFloat);
+    torch::Tensor sq = grads.empty() ? torch::zeros({}, f32) : ops::grad_norm_scale(grads, 1.0, 0.0)[0].square();
+    shard_.sum_over_ranks(sq);
+    norm_scale = ops::norm_scale_from_norm(sq.sqrt(), inv_scale, o_.grad_clip);
+  } else {
+    norm_scale = ops::grad_norm_scale(grads, inv_scale, o_.grad_clip);
+  }
   ops::AdamWHyper h;
   h.lr = info.lr;
   h.beta1 = o_.beta1;
@@ -185,9 +223,14 @@ void MixedPrecisionOptimizer::queue_step(int64_t step) {
   h.step = done + 1;
   h.stochastic_rounding = o_.stochastic_rounding;
   h.round_seed = o_.seed;
-  ops::adamw_step(masters_, grads, exp_avgs, exp_avg_sqs,
-                  o_.precision == Precision::kBF16Master ? params_ : std::vector<torch::Tensor>{}, decays, h,
-                  norm_scale);
+  std::vector<torch::Tensor> copies;  // the bf16 tensors written from the masters
+  if (o_.precision == Precision::kBF16Master) {
+    if (!sharded_) copies = params_;
+    else
+      for (const auto& s : shard_.slices) copies.push_back(s.value);
+  }
+  ops::adamw_step(masters_, grads, exp_avgs, exp_avg_sqs, copies, decays, h, norm_scale);
+  if (sharded_) shard_.gather();  // skipped on the device, the values sent are the unchanged ones
   // The norm travels to the host behind the update: whether the device skipped it (an inf/nan gradient)
   // is known when finish_step() reads it.
   last_ = info;

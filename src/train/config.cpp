@@ -38,7 +38,7 @@ std::vector<Field> fields(TrainerConfig& c) {
       {"train.beta1", &c.train.beta1},           {"train.beta2", &c.train.beta2},
       {"train.grad_clip", &c.train.grad_clip},   {"train.precision", &c.train.precision},
       {"train.rounding", &c.train.rounding},     {"train.seed", &c.train.seed},             {"train.cuda_graph", &c.train.cuda_graph},
-      {"train.bucket_mb", &c.train.bucket_mb},   {"eval.every", &c.eval.every},
+      {"train.bucket_mb", &c.train.bucket_mb},   {"train.zero", &c.train.zero},   {"eval.every", &c.eval.every},
       {"eval.batches", &c.eval.batches},         {"checkpoint.every", &c.checkpoint.every},
       {"checkpoint.keep", &c.checkpoint.keep},   {"sample.every", &c.sample.every},
       {"sample.tokens", &c.sample.tokens},       {"sample.prompt", &c.sample.prompt},

@@ -127,6 +127,13 @@ Json read_state(const std::string& dir) {
   return state;
 }
 
+// A ZeRO-1 rank's part of the optimizer state: optimizer.rank00001.pt.
+std::string shard_file(const char* what, int rank) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, ".rank%05d.pt", rank);
+  return what + std::string(buf);
+}
+
 // Runs `body(dir/file)`, turning LibTorch's load errors into one naming the checkpoint and the file.
 template <typename F>
 void load_part(const std::string& dir, const char* file, F&& body) {
@@ -336,10 +343,14 @@ Trainer::Trainer(TrainerConfig config, std::shared_ptr<dist::Communicator> comm)
   if (!c.model.init_from.empty()) d.load_initial_weights(c.model.init_from);
   d.model->to(d.device);
   d.opt = std::make_unique<optim::MixedPrecisionOptimizer>(*d.model, c.optimizer());
+  LLMTRAIN_CHECK(!c.train.zero || d.comm, "train.zero shards the optimizer over data-parallel ranks, and this run ",
+                 "has no communicator: start it under mpirun (train_gpt2 makes one there) or set train.zero=false");
   if (d.comm) {  // one rank too: the same path as many
     dist::DataParallelOptions o;
     o.bucket_bytes = c.train.bucket_mb << 20;
+    o.shard_optimizer = c.train.zero;
     d.dp = std::make_unique<dist::DataParallel>(d.model->parameters(), d.comm, o);
+    if (c.train.zero) shard_optimizer(*d.opt, *d.dp, d.comm);
   }
   d.train = d.make_source(c.data.train, c.data.shuffle, d.sft_train);
   // Evaluation always reads the same batches: the val data (else the train data) in file order.
@@ -407,7 +418,8 @@ int64_t Trainer::run() {
     if (d.world > 1) check_same_config(c, *d.comm);
     torch::NoGradGuard no_grad;
     d.dp->broadcast_parameters(0);
-    if (d.opt->options().precision == optim::Precision::kBF16Master)
+    // Sharded masters are each rank's own slices (made from the same seeded weights on every rank).
+    if (d.opt->options().precision == optim::Precision::kBF16Master && !d.opt->sharded())
       for (torch::Tensor m : d.opt->master_params()) d.comm->broadcast(m, 0);  // a handle: same storage
   }
   d.model->train();
@@ -531,19 +543,54 @@ int64_t Trainer::run() {
   return d.step;
 }
 
+void shard_optimizer(optim::MixedPrecisionOptimizer& opt, dist::DataParallel& dp,
+                     std::shared_ptr<dist::Communicator> comm) {
+  optim::ParameterShard s;
+  for (const auto& x : dp.shard()) s.slices.push_back({x.param, x.offset, x.length, x.grad, x.value});
+  s.sum_over_ranks = [comm = std::move(comm)](torch::Tensor& t) { comm->all_reduce_sum(t); };
+  s.gather = [&dp] { dp.gather_parameters(); };
+  opt.shard(std::move(s));
+}
+
 void Trainer::save_checkpoint() {
   Impl& d = *impl_;
-  if (d.rank != 0) {  // rank 0 writes; the others wait so that no rank runs ahead of a checkpoint
+  const bool sharded = d.opt->sharded();
+  if (d.rank != 0 && !sharded) {  // rank 0 writes; the others wait so that no rank runs ahead of a checkpoint
     d.comm->barrier();
     return;
   }
   const std::string dir = d.checkpoints_dir(), final_dir = dir + "/" + step_name(d.step);
-  const std::string tmp = final_dir + ".tmp." + std::to_string(::getpid());
-  fs::remove_tree(tmp);
-  fs::make_dirs(tmp);
+  torch::Tensor pid = torch::tensor({int64_t(::getpid())}, torch::kLong);  // rank 0's names the folder
+  if (d.rank == 0) {
+    const std::string tmp = final_dir + ".tmp." + std::to_string(pid.item<int64_t>());
+    fs::remove_tree(tmp);
+    fs::make_dirs(tmp);
+  }
+  if (sharded && d.world > 1) d.comm->broadcast(pid, 0);  // after rank 0 made the folder
+  const std::string tmp = final_dir + ".tmp." + std::to_string(pid.item<int64_t>());
+  const bool masters = d.opt->options().precision == optim::Precision::kBF16Master;
+  if (sharded) {  // ZeRO-1: every rank writes its own slices' optimizer state
+    LLMTRAIN_CHECK(fs::exists(tmp), "rank ", d.rank, " cannot see the checkpoint folder ", tmp, " that rank 0 made: ",
+                   "with train.zero every rank writes its part there, so out_dir must be on a filesystem all ranks share");
+    const std::string opt_file = tmp + "/" + shard_file("optimizer", d.rank),
+                      master_file = tmp + "/" + shard_file("master", d.rank);
+    torch::save(d.opt->adamw(), opt_file);
+    fsync_path(opt_file);
+    if (masters) {
+      torch::save(d.opt->master_params(), master_file);
+      fsync_path(master_file);
+    }
+    if (d.world > 1) d.comm->barrier();  // every shard is on disk before rank 0 completes the folder
+    if (d.rank != 0) {
+      d.comm->barrier();
+      return;
+    }
+  }
   torch::save(d.model, tmp + "/model.pt");
-  torch::save(d.opt->adamw(), tmp + "/optimizer.pt");
-  if (d.opt->options().precision == optim::Precision::kBF16Master) torch::save(d.opt->master_params(), tmp + "/master.pt");
+  if (!sharded) {
+    torch::save(d.opt->adamw(), tmp + "/optimizer.pt");
+    if (masters) torch::save(d.opt->master_params(), tmp + "/master.pt");
+  }
   torch::save(d.rng_states(), tmp + "/rng.pt");
   const auto loader = d.train->state();
   const Json state = {{"format", kFormat},
@@ -552,6 +599,7 @@ void Trainer::save_checkpoint() {
                       {"elapsed_s", d.elapsed_before},
                       {"model", model_shape(d.cfg.model.gpt2())},
                       {"precision", d.cfg.train.precision},
+                      {"zero_ranks", sharded ? d.world : 0},
                       {"scaler", {{"scale", d.opt->scaler().scale_value()}, {"good_steps", d.opt->scaler().good_steps()}}},
                       {"train_loader", {{"epoch", loader.epoch}, {"shard", loader.shard}, {"position", loader.position}}},
                       {"config", Json::parse(d.cfg.to_json())}};
@@ -581,14 +629,26 @@ bool Trainer::resume_if_possible() {
                    state["model"].value(key, Json()).dump(), "; this config has ", value.dump());
   LLMTRAIN_CHECK(state.value("precision", "") == d.cfg.train.precision, "checkpoint ", dir, " was trained in ",
                  state.value("precision", ""), "; this config asks for ", d.cfg.train.precision);
-  const auto load = [&](const char* file, auto&& body) { load_part(dir, file, body); };
+  const bool sharded = d.opt->sharded();
+  const int64_t zero_ranks = state.value("zero_ranks", int64_t(0)), want_ranks = sharded ? d.world : 0;
+  LLMTRAIN_CHECK(zero_ranks == want_ranks, "checkpoint ", dir, " holds ",
+                 zero_ranks > 0 ? "optimizer state sharded over " + std::to_string(zero_ranks) + " ranks (ZeRO-1)"
+                                : std::string("unsharded optimizer state"),
+                 "; this run ",
+                 sharded ? "shards it over " + std::to_string(d.world) + " ranks" : std::string("does not shard it"),
+                 ": resume with ", zero_ranks > 0 ? "train.zero=true on " + std::to_string(zero_ranks) + " ranks"
+                                                  : std::string("train.zero=false"));
+  const auto load = [&](const std::string& file, auto&& body) { load_part(dir, file.c_str(), body); };
   load("model.pt", [&](const std::string& p) { torch::load(d.model, p); });
-  load("optimizer.pt", [&](const std::string& p) { torch::load(d.opt->adamw(), p); });
+  if (sharded) d.dp->load_shard_values();  // the slices' values (fp32: the masters) from the loaded weights
+  const std::string opt_file = sharded ? shard_file("optimizer", d.rank) : "optimizer.pt",
+                    master_file = sharded ? shard_file("master", d.rank) : "master.pt";
+  load(opt_file, [&](const std::string& p) { torch::load(d.opt->adamw(), p); });
   if (d.opt->options().precision == optim::Precision::kBF16Master) {
-    load("master.pt", [&](const std::string& p) {
+    load(master_file, [&](const std::string& p) {
       std::vector<torch::Tensor> masters;
       torch::load(masters, p);
-      LLMTRAIN_CHECK(masters.size() == d.opt->master_params().size(), "checkpoint ", dir, ": master.pt holds ",
+      LLMTRAIN_CHECK(masters.size() == d.opt->master_params().size(), "checkpoint ", dir, ": ", master_file, " holds ",
                      masters.size(), " tensors, expected ", d.opt->master_params().size());
       torch::NoGradGuard no_grad;
       // model.pt holds the bf16 copies as they were rounded (stochastically): they stay as loaded.

@@ -1,6 +1,7 @@
 // dist::MpiCommunicator under mpirun with two CPU ranks (ctest starts this binary through mpirun): the
 // collectives' results, dist::DataParallel's buckets and averages, the Trainer on two ranks with half a
-// batch each against one process with two accumulation steps, and configurations that differ. Every
+// batch each against one process with two accumulation steps (plain and ZeRO-1), and configurations
+// that differ. Every
 // rank runs every test, making the same collective calls in order. MpiKilledRank runs only under
 // tests/dist/killed_rank.sh.
 #include <gtest/gtest.h>
@@ -63,16 +64,21 @@ TEST(Mpi, TwoRanksOnHalfBatchesTrainAsOneProcessWithTwoAccumulationSteps) {
   llmtrain::train::Trainer one(run.config("one", five));
   ASSERT_EQ(one.grad_accum_steps(), 2);
   one.run();
-  llmtrain::train::Trainer two(run.config("two", five), comm);
-  ASSERT_EQ(two.grad_accum_steps(), 1);
-  two.run();
   const auto want = one.model()->named_parameters();
-  for (const auto& p : two.model()->named_parameters()) {
-    const auto mine = p.value().detach().clone();
-    EXPECT_LT((mine - want[p.key()]).abs().max().item<double>(), 1e-5) << p.key();
-    auto sum = mine.clone();
-    comm->all_reduce_sum(sum);
-    EXPECT_TRUE(torch::equal(sum, 2 * mine)) << p.key() << ": the ranks hold different weights";
+  for (const char* zero : {"false", "true"}) {  // plain data parallelism, then ZeRO-1
+    SCOPED_TRACE(std::string("train.zero=") + zero);
+    std::vector<std::string> sets = five;
+    sets.push_back(std::string("train.zero=") + zero);
+    llmtrain::train::Trainer two(run.config(std::string("two_") + zero, sets), comm);
+    ASSERT_EQ(two.grad_accum_steps(), 1);
+    two.run();
+    for (const auto& p : two.model()->named_parameters()) {
+      const auto mine = p.value().detach().clone();
+      EXPECT_LT((mine - want[p.key()]).abs().max().item<double>(), 1e-5) << p.key();
+      auto sum = mine.clone();
+      comm->all_reduce_sum(sum);
+      EXPECT_TRUE(torch::equal(sum, 2 * mine)) << p.key() << ": the ranks hold different weights";
+    }
   }
 }
 
@@ -118,6 +124,38 @@ TEST(Mpi, DataParallelAveragesAccumulatedGradientsInBuckets) {
   loss(1.0).backward();
   dp.finish();
   EXPECT_TRUE(torch::allclose(params[3].grad(), x));
+}
+
+// ZeRO-1's shard: buckets padded to a multiple of the ranks, each rank's slices its half of every
+// bucket (together every element once), their gradients the mean over the ranks, and the gather
+// putting each rank's new values into every rank's parameters.
+TEST(Mpi, ShardedDataParallelSplitsTheBucketsBetweenTheRanks) {
+  const auto comm = MpiCommunicator::world();
+  const int r = comm->rank();
+  std::vector<torch::Tensor> params = {torch::ones({6}).requires_grad_(), torch::ones({3, 3}).requires_grad_()};
+  llmtrain::dist::DataParallelOptions o;
+  o.shard_optimizer = true;
+  // One bucket: p1 (9) then p0 (6), padded to 16; rank 0 takes p1[0:8], rank 1 p1[8:9] and p0.
+  llmtrain::dist::DataParallel dp(params, comm, o);
+  int64_t mine = 0;
+  for (const auto& s : dp.shard()) {
+    mine += s.length;
+    EXPECT_TRUE(torch::equal(s.value, torch::ones({s.length})));  // read from the parameters
+  }
+  EXPECT_EQ(mine, r == 0 ? 8 : 7);
+  ASSERT_EQ(dp.shard().size(), r == 0 ? 1u : 2u);
+  dp.zero_grad();
+  ((params[0] * (r + 1)).sum() + (params[1] * params[1] * (r + 1)).sum()).backward();
+  dp.finish();
+  for (const auto& s : dp.shard()) {  // the mean over ranks: k = 1.5; d(p^2)/dp = 2p
+    EXPECT_TRUE(torch::allclose(s.grad, torch::full({s.length}, s.param == 0 ? 1.5 : 3.0))) << s.param;
+    s.value.fill_(10.0 * (r + 1));  // this rank's new values
+  }
+  dp.gather_parameters();
+  const auto flat1 = params[1].detach().reshape(-1);
+  EXPECT_TRUE(torch::equal(flat1.narrow(0, 0, 8), torch::full({8}, 10.0)));
+  EXPECT_TRUE(torch::equal(flat1.narrow(0, 8, 1), torch::full({1}, 20.0)));
+  EXPECT_TRUE(torch::equal(params[0].detach(), torch::full({6}, 20.0)));
 }
 
 TEST(Mpi, RanksWithDifferentConfigurationsAllFail) {

@@ -49,10 +49,23 @@ TEST(Nccl, TrainerAtWorldOneTakesTheStepsOfOneProcess_CUDA) {
                                          "train.cuda_graph=false"};
   llmtrain::train::Trainer plain(run.config("plain", sets));
   plain.run();
-  llmtrain::train::Trainer dp(run.config("dp", sets), NcclCommunicator::create(nullptr, torch::Device(torch::kCUDA, 0)));
-  ASSERT_EQ(dp.grad_accum_steps(), 2);
-  dp.run();
   const auto want = plain.model()->named_parameters();
-  for (const auto& p : dp.model()->named_parameters())
-    EXPECT_LT((p.value() - want[p.key()]).abs().max().item<double>(), 1e-5) << p.key();
+  for (const char* zero : {"false", "true"}) {  // plain data parallelism, then ZeRO-1 (one shard: all of it)
+    SCOPED_TRACE(std::string("train.zero=") + zero);
+    std::vector<std::string> with = sets;
+    with.push_back(std::string("train.zero=") + zero);
+    llmtrain::train::Trainer dp(run.config(std::string("dp_") + zero, with),
+                                NcclCommunicator::create(nullptr, torch::Device(torch::kCUDA, 0)));
+    ASSERT_EQ(dp.grad_accum_steps(), 2);
+    dp.run();
+    for (const auto& p : dp.model()->named_parameters())
+      EXPECT_LT((p.value() - want[p.key()]).abs().max().item<double>(), 1e-5) << p.key();
+  }
+  // The asynchronous reduce-scatter NCCL takes for ZeRO-1's buckets: the mean of one rank is its input.
+  const auto comm = NcclCommunicator::create(nullptr, torch::Device(torch::kCUDA, 0));
+  const auto x = torch::randn({1000}, torch::kCUDA);
+  auto out = torch::zeros({1000}, torch::kCUDA);
+  comm->start_reduce_scatter_avg(x, out);
+  comm->wait();
+  EXPECT_TRUE(torch::equal(out, x));
 }

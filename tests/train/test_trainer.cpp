@@ -136,6 +136,43 @@ class ThreadGroup {
   bool draining_ = false;
 };
 
+// What each rank of an in-process group saw: its losses and one weight at the end.
+struct RankRuns {
+  std::vector<std::vector<double>> losses;
+  std::vector<torch::Tensor> weights;
+};
+
+// Trainers of `config` on n thread ranks, built one after another (the model's initialisation draws
+// from the global RNG); each resumes when `resume`, then runs (stopping after step `stop_at`).
+RankRuns run_ranks(int n, const TrainerConfig& config, bool resume = false, int64_t stop_at = -1) {
+  RankRuns out{std::vector<std::vector<double>>(size_t(n)), std::vector<torch::Tensor>(size_t(n))};
+  ThreadGroup group(n);
+  std::mutex m;
+  std::condition_variable cv;
+  int next = 0;
+  group.run([&](std::shared_ptr<llmtrain::dist::Communicator> comm) {
+    const int r = comm->rank();
+    std::unique_ptr<Trainer> t;
+    {
+      std::unique_lock<std::mutex> lock(m);
+      cv.wait(lock, [&] { return next == r; });
+      try {
+        t = std::make_unique<Trainer>(config, comm);
+      } catch (...) {
+        ++next;
+        cv.notify_all();
+        throw;
+      }
+      ++next;
+      cv.notify_all();
+    }
+    if (resume) EXPECT_TRUE(t->resume_if_possible());
+    out.losses[size_t(r)] = run_losses(*t, stop_at);
+    out.weights[size_t(r)] = t->model()->named_parameters()["transformer.h.0.mlp.c_fc.weight"].detach().clone();
+  });
+  return out;
+}
+
 std::string write_sft_jsonl(const std::string& path, int n) {
   std::ofstream out(path);
   const char* names[] = {"Alice", "Bob", "Carol", "Dave", "Erin", "Frank", "Grace", "Heidi"};
@@ -275,26 +312,7 @@ TEST(Trainer, TwoRanksOnSplitBatchesTrainAsOneRankOnTheWholeBatch) {
   ASSERT_EQ(one.grad_accum_steps(), 2);
   const auto expected = run_losses(one);
 
-  std::vector<std::vector<double>> losses(2);
-  std::vector<torch::Tensor> weights(2);
-  ThreadGroup group(2);
-  std::mutex m;
-  std::condition_variable cv;
-  int next = 0;  // ranks are built one after another: the model's initialisation draws from the global RNG
-  group.run([&](std::shared_ptr<llmtrain::dist::Communicator> comm) {
-    const int r = comm->rank();
-    std::unique_ptr<Trainer> t;
-    {
-      std::unique_lock<std::mutex> lock(m);
-      cv.wait(lock, [&] { return next == r; });
-      t = std::make_unique<Trainer>(run.config("two"), comm);
-      ++next;
-      cv.notify_all();
-    }
-    EXPECT_EQ(t->grad_accum_steps(), 1);
-    losses[size_t(r)] = run_losses(*t);
-    weights[size_t(r)] = t->model()->named_parameters()["transformer.h.0.mlp.c_fc.weight"].detach().clone();
-  });
+  const auto [losses, weights] = run_ranks(2, run.config("two"));
   ASSERT_EQ(losses[0].size(), expected.size());
   EXPECT_EQ(losses[0], losses[1]);                  // every rank logs the same averaged loss
   EXPECT_TRUE(torch::equal(weights[0], weights[1]));  // and holds the same weights
@@ -310,6 +328,53 @@ TEST(Trainer, TwoRanksOnSplitBatchesTrainAsOneRankOnTheWholeBatch) {
       EXPECT_NEAR(lines[i]["grad_norm"].get<double>(), one_lines[i]["grad_norm"].get<double>(),
                   1e-4 * one_lines[i]["grad_norm"].get<double>());
   EXPECT_TRUE(llmtrain::fs::exists(run.dir.path + "/two/checkpoints/step_00000020/state.json"));
+}
+
+// ZeRO-1 on two ranks: the same steps as plain data parallelism (the global norm is summed from the
+// ranks' slices, so the last bits may differ), and a stop and resume that gives the uninterrupted
+// losses bit for bit, in fp32 (masters are the slices themselves) and in bf16-master (fp32 master
+// slices, stochastically rounded copies); a checkpoint of other ranks or unsharded is refused.
+TEST(Trainer, ZeroShardedOptimizerTrainsAsDataParallelAndResumesExactly) {
+  RunFolder run;
+  const auto plain = run_ranks(2, run.config("plain"));
+  const auto zero = run_ranks(2, run.config("zero", {"train.zero=true"}));
+  ASSERT_EQ(zero.losses[0].size(), plain.losses[0].size());
+  EXPECT_EQ(zero.losses[0], zero.losses[1]);
+  EXPECT_TRUE(torch::equal(zero.weights[0], zero.weights[1])) << "the gather leaves every rank the same weights";
+  for (size_t i = 0; i < plain.losses[0].size(); ++i)
+    EXPECT_NEAR(zero.losses[0][i], plain.losses[0][i], 1e-5 * std::abs(plain.losses[0][i])) << "step " << i + 1;
+  EXPECT_LT((zero.weights[0] - plain.weights[0]).abs().max().item<double>(), 1e-5);
+  {  // bf16 weights from fp32 master slices, rounded to nearest (stochastic bits are keyed by slice)
+    const std::vector<std::string> bf16 = {"train.precision=bf16-master", "train.rounding=nearest"};
+    auto with_zero = bf16;
+    with_zero.push_back("train.zero=true");
+    const auto p16 = run_ranks(2, run.config("plain16", bf16)), z16 = run_ranks(2, run.config("zero16", with_zero));
+    for (size_t i = 0; i < p16.losses[0].size(); ++i)
+      EXPECT_NEAR(z16.losses[0][i], p16.losses[0][i], 1e-3 * std::abs(p16.losses[0][i])) << "bf16, step " << i + 1;
+    EXPECT_LT((z16.weights[0].to(torch::kFloat) - p16.weights[0].to(torch::kFloat)).abs().max().item<double>(), 2e-2);
+  }
+
+  for (const char* precision : {"fp32", "bf16-master"}) {
+    SCOPED_TRACE(precision);
+    const std::vector<std::string> sets = {"train.zero=true", std::string("train.precision=") + precision,
+                                           "checkpoint.every=0"};
+    const auto full = run_ranks(2, run.config(std::string("full_") + precision, sets));
+    const std::string split = std::string("split_") + precision;
+    EXPECT_EQ(run_ranks(2, run.config(split, sets), false, 10).losses[0].size(), 10u);
+    const std::string ckpt = run.dir.path + "/" + split + "/checkpoints/step_00000010";
+    EXPECT_TRUE(llmtrain::fs::exists(ckpt + "/optimizer.rank00001.pt"));
+    EXPECT_FALSE(llmtrain::fs::exists(ckpt + "/optimizer.pt"));
+    const auto rest = run_ranks(2, run.config(split, sets), true);
+    ASSERT_EQ(rest.losses[0].size(), 10u);
+    for (size_t i = 0; i < 10; ++i) EXPECT_EQ(rest.losses[1][i], full.losses[1][10 + i]) << "step " << 11 + i;
+    EXPECT_TRUE(torch::equal(rest.weights[0], full.weights[0]));
+  }
+  // Other ranks, or no sharding: a clear error, nothing overwritten.
+  expect_error([&] { run_ranks(1, run.config("split_fp32", {"train.zero=true"}), true); },
+               {"sharded over 2 ranks (ZeRO-1)", "shards it over 1 ranks", "train.zero=true on 2 ranks"});
+  expect_error([&] { run_ranks(2, run.config("split_fp32"), true); },
+               {"sharded over 2 ranks", "does not shard it", "train.zero=true on 2 ranks"});
+  expect_error([&] { Trainer t(run.config("alone", {"train.zero=true"})); }, {"train.zero", "no communicator"});
 }
 
 TEST(Trainer, SamplesDuringTrainingLeaveTheLossesAlone) {

@@ -36,6 +36,12 @@ class Communicator {
   /// for the work queued on the current stream after wait()). Untouched by the caller until then. The
   /// default reduces at once.
   virtual void start_all_reduce_avg(torch::Tensor& tensor) { all_reduce_avg(tensor); }
+  /// Starts reduce_scatter_sum(input, output) divided by the world size, under start_all_reduce_avg's
+  /// terms (wait() ends it; both tensors untouched until then). The default reduces at once.
+  virtual void start_reduce_scatter_avg(const torch::Tensor& input, torch::Tensor& output) {
+    reduce_scatter_sum(input, output);
+    if (world_size() > 1) output.div_(double(world_size()));
+  }
   /// Orders what follows after every collective started.
   virtual void wait() {}
   /// Ends every rank of the run with exit status `code`, so that no rank waits forever in a collective

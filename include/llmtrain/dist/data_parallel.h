@@ -4,6 +4,9 @@
 // has accumulated its last gradient, so that on NCCL the communication runs beside the rest of the
 // backward. Buckets are filled from the last parameter back (the order backward produces them) and
 // reduced strictly in bucket order on every rank.
+// ZeRO-1 (`shard_optimizer`): a bucket is reduce-scattered instead, so that rank r holds the average of
+// part r of it alone; r's optimizer updates those slices of the parameters (and keeps AdamW state for
+// them alone), and gather_parameters() brings every rank's updated slices into every rank's parameters.
 #pragma once
 
 #include <torch/types.h>
@@ -17,6 +20,15 @@ namespace llmtrain::dist {
 
 struct DataParallelOptions {
   int64_t bucket_bytes = 25 * 1024 * 1024;  // the gradients one reduction carries, at most (one larger tensor alone)
+  bool shard_optimizer = false;             // ZeRO-1
+};
+
+/// ZeRO-1: a run of one parameter's elements (flattened) that this rank updates.
+struct ShardSlice {
+  size_t param;           // index among the parameters that take part
+  int64_t offset, length;
+  torch::Tensor grad;     // (length): the average over the ranks, after finish()
+  torch::Tensor value;    // (length), the parameter's dtype: what gather_parameters() sends from this rank
 };
 
 /// A step with accumulation:
@@ -46,8 +58,17 @@ class DataParallel {
   /// Whether the next backward is the step's last, whose gradients are reduced (default true).
   void set_sync(bool sync);
   /// After the step's last backward: starts the buckets not started yet (parameters that got no
-  /// gradient), waits for all, and leaves each .grad the mean over the ranks.
+  /// gradient), waits for all, and leaves each .grad the mean over the ranks (ZeRO-1: each slice's
+  /// grad; the .grad tensors then hold this rank's own sums).
   void finish();
+
+  /// ZeRO-1: this rank's slices, in bucket order (empty without sharding).
+  const std::vector<ShardSlice>& shard() const;
+  /// ZeRO-1, after the optimizer has written every slice's value: all ranks' values into the parameters.
+  void gather_parameters();
+  /// ZeRO-1: every slice's value read from the parameters (done at construction and after
+  /// broadcast_parameters; again after loading weights).
+  void load_shard_values();
 
   int64_t num_buckets() const;
   /// The bucket of each parameter that takes part, in the order given.

@@ -30,6 +30,7 @@ class NcclCommunicator final : public Communicator {
   void broadcast(torch::Tensor& tensor, int root) override;
   void barrier() override;
   void start_all_reduce_avg(torch::Tensor& tensor) override;
+  void start_reduce_scatter_avg(const torch::Tensor& input, torch::Tensor& output) override;
   void wait() override;
   /// ncclCommAbort, then the bootstrap's abort (MPI_Abort: every rank ends).
   [[noreturn]] void abort(int code) override;

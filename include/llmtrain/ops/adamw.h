@@ -17,6 +17,10 @@ namespace llmtrain::ops {
 ///   auto norm_scale = llmtrain::ops::grad_norm_scale(grads, 1.0, 1.0);
 at::Tensor grad_norm_scale(const std::vector<at::Tensor>& grads, double inv_scale, double max_norm);
 
+/// grad_norm_scale's result from the norm of the (scaled) gradients, a float32 scalar: for gradients
+/// spread over ranks, whose squared norms are summed first.
+at::Tensor norm_scale_from_norm(const at::Tensor& norm, double inv_scale, double max_norm);
+
 /// What one AdamW step uses besides the tensors.
 struct AdamWHyper {
   double lr = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;

@@ -13,6 +13,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -98,6 +99,22 @@ class AutocastScope {
   torch::ScalarType was_dtype_ = torch::kFloat;
 };
 
+/// ZeRO-1, as the Trainer wires it from dist::DataParallel's shard: the runs of the parameters' elements
+/// this rank updates, each with its averaged gradient and the tensor its new values go to, a sum over
+/// the ranks (for the global norm) and the gather that brings every rank's new values into the
+/// parameters.
+struct ParameterShard {
+  struct Slice {
+    size_t param;           // index into the model's trainable parameters
+    int64_t offset, length;  // in the flattened parameter
+    torch::Tensor grad;     // (length)
+    torch::Tensor value;    // (length), the parameter's dtype, holding its current values
+  };
+  std::vector<Slice> slices;
+  std::function<void(torch::Tensor&)> sum_over_ranks;  // in place, a float32 tensor on the parameters' device
+  std::function<void()> gather;
+};
+
 /// AdamW with GPT-2's groups, a schedule, clipping and the precision mode's bookkeeping.
 ///   MixedPrecisionOptimizer opt(*model, options);
 ///   { AutocastScope amp(device, options.precision); loss = model(x, y).loss; }
@@ -123,19 +140,27 @@ class MixedPrecisionOptimizer {
   /// no step queued, the last step's info again.
   StepInfo finish_step();
   bool step_queued() const { return queued_; }
+  /// ZeRO-1 from here on: masters and AdamW state for the shard's slices alone (before the first step).
+  void shard(ParameterShard shard);
+  bool sharded() const { return sharded_; }
   void zero_grad();
 
   const OptimizerOptions& options() const { return o_; }
   torch::optim::AdamW& adamw();  // for checkpoints (finishes a queued step)
   GradScaler& scaler() { return scaler_; }
-  /// The fp32 tensors AdamW updates: the model's parameters, or their master copies (bf16-master).
+  /// The fp32 tensors AdamW updates: the model's parameters, or their master copies (bf16-master);
+  /// sharded, one a slice (the slice's value itself when the parameters are fp32).
   const std::vector<torch::Tensor>& master_params() const { return masters_; }
 
  private:
   OptimizerOptions o_;
   std::vector<torch::Tensor> params_;   // the model's
-  std::vector<torch::Tensor> masters_;  // what AdamW updates (== params_ unless bf16-master)
+  std::vector<torch::Tensor> masters_;  // what AdamW updates (== params_ unless bf16-master or sharded)
+  std::vector<bool> decays_;            // masters_[i] takes weight decay
   std::unique_ptr<torch::optim::AdamW> adamw_;
+  ParameterShard shard_;
+  bool sharded_ = false;
+  void make_adamw();  // over masters_, in GPT-2's groups
   GradScaler scaler_;
   bool queued_ = false;
   StepInfo last_;  // of the step queued or last finished

@@ -50,6 +50,7 @@ struct TrainConfig {
   uint64_t seed = 1337;
   bool cuda_graph = true;           // CUDA, not fp16, one rank: each micro-step's forward and backward replayed as a graph
   int64_t bucket_mb = 25;           // several ranks: the gradients (MiB) one all-reduce carries
+  bool zero = false;                // ZeRO-1: optimizer state sharded over the ranks (needs a communicator)
 };
 
 struct EvalConfig {

@@ -14,8 +14,10 @@
 #include <string>
 
 #include "llmtrain/dist/communicator.h"
+#include "llmtrain/dist/data_parallel.h"
 #include "llmtrain/dist/mpi.h"
 #include "llmtrain/nn/gpt2.h"
+#include "llmtrain/optim/optimizer.h"
 #include "llmtrain/train/config.h"
 
 namespace llmtrain::train {
@@ -101,5 +103,10 @@ TrainerConfig finetune_config(const std::string& from, const std::string& config
 /// says why and ends every rank (Communicator::abort), so none waits for it forever.
 int64_t run_training(const TrainerConfig& config, bool resume,
                      std::shared_ptr<dist::Communicator> comm = dist::from_environment());
+
+/// ZeRO-1's wiring: `opt` updates `dp`'s shard (built with shard_optimizer) and sums its norm over
+/// `comm`; each step ends with dp's gather. Before the first step.
+void shard_optimizer(optim::MixedPrecisionOptimizer& opt, dist::DataParallel& dp,
+                     std::shared_ptr<dist::Communicator> comm);
 
 }  // namespace llmtrain::train
