@@ -21,11 +21,6 @@
 namespace llmtrain::dist {
 namespace {
 
-int env_int(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::atoi(v) : 0;
-}
-
 #if LLMTRAIN_WITH_MPI
 void check_mpi(int code, const char* what) {
   if (code == MPI_SUCCESS) return;
@@ -138,30 +133,12 @@ void MpiCommunicator::barrier() {}
 void MpiCommunicator::abort(int code) { std::_Exit(code); }
 #endif
 
-int local_rank() {
-  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "LOCAL_RANK", "SLURM_LOCALID"})
-    if (std::getenv(name)) return env_int(name);
-  return 0;
-}
-
 #if !LLMTRAIN_WITH_CUDA
-std::shared_ptr<NcclCommunicator> NcclCommunicator::create(std::shared_ptr<Communicator>, torch::Device) {
+std::shared_ptr<NcclCommunicator> NcclCommunicator::create(std::shared_ptr<Communicator>, torch::Device,
+                                                           std::chrono::milliseconds) {
   LLMTRAIN_CHECK(false, "NcclCommunicator: llmtrain was built without CUDA");
   return nullptr;
 }
 #endif
-
-std::shared_ptr<Communicator> from_environment() {
-  const int mpi_size = std::max({env_int("OMPI_COMM_WORLD_SIZE"), env_int("PMI_SIZE"), env_int("PMIX_SIZE")});
-  if (mpi_size > 1) {
-    LLMTRAIN_CHECK(mpi_available(), "this process is one of ", mpi_size, " ranks of an MPI launch, but llmtrain was "
-                   "built without MPI (install an MPI, e.g. libopenmpi-dev, and configure again)");
-    return MpiCommunicator::world();
-  }
-  LLMTRAIN_CHECK(env_int("WORLD_SIZE") <= 1, "WORLD_SIZE is ", env_int("WORLD_SIZE"),
-                 ": torchrun-style launches need the NCCL bootstrap, which llmtrain does not have yet; launch with "
-                 "mpirun -np N instead");
-  return nullptr;
-}
 
 }  // namespace llmtrain::dist

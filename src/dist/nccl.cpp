@@ -2,13 +2,22 @@
 // 16 int64 over the bootstrap's broadcast. Every collective: an event on the caller's stream that the
 // communicator's stream waits for, the NCCL call, and (but for the started averages) an event that
 // the caller's stream waits for in turn, so the caller sees stream order and the host never blocks.
+// A watchdog thread marks each collective's end with an event and polls them and
+// ncclCommGetAsyncError; a collective unfinished after the timeout (a rank gone or stuck) or an
+// asynchronous error ends the run, as abort() does, instead of leaving the host waiting forever.
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <nccl.h>
 
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <optional>
+#include <thread>
 
 #include "check.h"
 #include "llmtrain/core/error.h"
@@ -44,6 +53,70 @@ struct NcclCommunicator::State {
   ncclComm_t comm = nullptr;
   std::optional<at::cuda::CUDAStream> stream;
   bool started = false;  // averages started since the last wait()
+  std::chrono::milliseconds timeout{600000};
+
+  // The watchdog's view: the collectives queued and not yet seen to end, oldest first.
+  struct Pending {
+    cudaEvent_t done;
+    std::chrono::steady_clock::time_point queued;
+    const char* what;
+  };
+  std::mutex mutex;
+  std::condition_variable wake;
+  std::deque<Pending> pending;
+  std::vector<cudaEvent_t> spare;  // events whose collective has ended, for reuse
+  bool stop = false;
+  std::thread watchdog;
+
+  // Ends the run from the watchdog: says why, aborts the NCCL communicator (bounded: a wedged abort
+  // must not keep the process alive), then the bootstrap's abort ends every rank.
+  [[noreturn]] void fail(const std::string& why) {
+    std::fprintf(stderr, "rank %d: %s; ending every rank\n", bootstrap ? bootstrap->rank() : 0, why.c_str());
+    std::fflush(stderr);
+    std::thread([c = comm] { ncclCommAbort(c); }).detach();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (bootstrap) bootstrap->abort(1);
+    std::_Exit(1);
+  }
+
+  void watch() {
+    std::unique_lock<std::mutex> lock(mutex);
+    while (!stop) {
+      wake.wait_for(lock, std::chrono::milliseconds(100));
+      if (stop) break;
+      ncclResult_t async = ncclSuccess;
+      if (ncclCommGetAsyncError(comm, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress)
+        fail(std::string("NCCL reported an asynchronous error: ") + ncclGetErrorString(async));
+      while (!pending.empty()) {
+        const cudaError_t q = cudaEventQuery(pending.front().done);
+        if (q == cudaErrorNotReady) break;
+        if (q != cudaSuccess) fail(std::string("CUDA failed under NCCL ") + pending.front().what + ": " +
+                                   cudaGetErrorString(q));
+        spare.push_back(pending.front().done);
+        pending.pop_front();
+      }
+      if (!pending.empty() && std::chrono::steady_clock::now() - pending.front().queued > timeout)
+        fail(std::string("NCCL ") + pending.front().what + " did not finish within " +
+             std::to_string(std::chrono::duration_cast<std::chrono::seconds>(timeout).count()) +
+             " s: a rank is gone or stuck (LLMTRAIN_DIST_TIMEOUT sets the wait)");
+    }
+  }
+
+  // Hands the collective just queued on `stream` to the watchdog.
+  void watch_last(const char* what) {
+    std::lock_guard<std::mutex> lock(mutex);
+    cudaEvent_t done = nullptr;
+    if (spare.empty()) {
+      LLMTRAIN_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming) == cudaSuccess,
+                     "NcclCommunicator: cannot create a CUDA event");
+    } else {
+      done = spare.back();
+      spare.pop_back();
+    }
+    LLMTRAIN_CHECK(cudaEventRecord(done, stream->stream()) == cudaSuccess,
+                   "NcclCommunicator::", what, ": cannot record a CUDA event");
+    pending.push_back({done, std::chrono::steady_clock::now(), what});
+  }
 
   // Runs call(stream) after the caller's queued work; `through` copies CPU tensors to the device and
   // back. With `join`, the caller's stream then waits for it.
@@ -62,6 +135,7 @@ struct NcclCommunicator::State {
     ready.record(caller);
     ready.block(*stream);
     call(staged, stream->stream());
+    watch_last(what);
     for (auto& t : staged) t.record_stream(*stream);
     if (join) {
       at::cuda::CUDAEvent done;
@@ -80,17 +154,28 @@ NcclCommunicator::NcclCommunicator(int rank, int size, std::unique_ptr<State> st
     : rank_(rank), size_(size), s_(std::move(state)) {}
 
 NcclCommunicator::~NcclCommunicator() {
-  if (s_ && s_->comm) ncclCommDestroy(s_->comm);
+  if (!s_) return;
+  {
+    std::lock_guard<std::mutex> lock(s_->mutex);
+    s_->stop = true;
+  }
+  s_->wake.notify_all();
+  if (s_->watchdog.joinable()) s_->watchdog.join();
+  for (const auto& p : s_->pending) cudaEventDestroy(p.done);
+  for (cudaEvent_t e : s_->spare) cudaEventDestroy(e);
+  if (s_->comm) ncclCommDestroy(s_->comm);
 }
 
 std::shared_ptr<NcclCommunicator> NcclCommunicator::create(std::shared_ptr<Communicator> bootstrap,
-                                                           torch::Device device) {
+                                                           torch::Device device, std::chrono::milliseconds timeout) {
   LLMTRAIN_CHECK(device.is_cuda() && device.has_index(), "NcclCommunicator: needs a CUDA device with an index, got ",
                  device);
   const int rank = bootstrap ? bootstrap->rank() : 0, size = bootstrap ? bootstrap->world_size() : 1;
   auto s = std::make_unique<State>();
+  LLMTRAIN_CHECK(timeout.count() > 0, "NcclCommunicator: the timeout must be above 0, got ", timeout.count(), " ms");
   s->bootstrap = bootstrap;
   s->device = device;
+  s->timeout = timeout;
   c10::cuda::set_device(device.index());
   c10::cuda::CUDAGuard guard(device);
   ncclUniqueId id;
@@ -104,6 +189,11 @@ std::shared_ptr<NcclCommunicator> NcclCommunicator::create(std::shared_ptr<Commu
   }
   check_nccl(ncclCommInitRank(&s->comm, size, id, rank), "ncclCommInitRank");
   s->stream = at::cuda::getStreamFromPool(/*isHighPriority=*/true, device.index());
+  State* state = s.get();
+  state->watchdog = std::thread([state, device] {
+    c10::cuda::CUDAGuard guard(device);
+    state->watch();
+  });
   return std::shared_ptr<NcclCommunicator>(new NcclCommunicator(rank, size, std::move(s)));
 }
 
@@ -190,6 +280,12 @@ void NcclCommunicator::barrier() {
 }
 
 void NcclCommunicator::abort(int code) {
+  {
+    std::lock_guard<std::mutex> lock(s_->mutex);
+    s_->stop = true;
+  }
+  s_->wake.notify_all();
+  if (s_->watchdog.joinable()) s_->watchdog.join();
   if (s_->comm) ncclCommAbort(s_->comm);
   s_->comm = nullptr;
   if (s_->bootstrap) s_->bootstrap->abort(code);

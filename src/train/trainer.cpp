@@ -30,6 +30,7 @@
 #include "llmtrain/data/dataloader.h"
 #include "llmtrain/data/sft.h"
 #include "llmtrain/dist/data_parallel.h"
+#include "llmtrain/dist/launch.h"
 #include "llmtrain/dist/nccl.h"
 #include "llmtrain/infer/generate.h"
 #include "llmtrain/io/hf_gpt2.h"

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# A rank killed mid-run (SIGKILL, so no handler of ours runs) must end the whole mpirun job with a
-# non-zero status within 60 s. Usage: killed_rank.sh MPIEXEC TEST_BINARY
+# A rank killed mid-run (SIGKILL, so no handler of ours runs) must end the whole job with a non-zero
+# status within 60 s. Usage: killed_rank.sh TEST_BINARY LAUNCHER [ARGS...]: the launcher (mpirun,
+# torchrun, env_ranks.sh) starts two ranks of the binary, whose path follows its arguments.
 set -u
-mpiexec=$1 binary=$2
+binary=$1
+shift
 start=$SECONDS
-out=$(LLMTRAIN_KILL_RANK_TEST=1 timeout 120 "$mpiexec" -np 2 --oversubscribe --allow-run-as-root \
-      -x LLMTRAIN_KILL_RANK_TEST "$binary" --gtest_filter='MpiKilledRank.*' 2>&1)
+out=$(LLMTRAIN_KILL_RANK_TEST=1 timeout 120 "$@" "$binary" --gtest_filter='RanksKilledRank.*' 2>&1)
 status=$? took=$((SECONDS - start))
 printf '%s\n' "$out" | tail -20
 echo "exit status $status after $took s"

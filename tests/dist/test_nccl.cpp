@@ -1,8 +1,11 @@
 // dist::NcclCommunicator at world size 1 on the GPU: the collectives leave what one rank holds, CPU
 // tensors travel through the device, and the Trainer with it (DataParallel's buckets, no graph) takes
-// the same steps as without it.
+// the same steps as without it; the watchdog ends a run whose collective does not finish in time.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+
+#include <chrono>
+#include <thread>
 
 #include "llmtrain/dist/nccl.h"
 #include "llmtrain/train/trainer.h"
@@ -68,4 +71,24 @@ TEST(Nccl, TrainerAtWorldOneTakesTheStepsOfOneProcess_CUDA) {
   comm->start_reduce_scatter_avg(x, out);
   comm->wait();
   EXPECT_TRUE(torch::equal(out, x));
+}
+
+// The watchdog: a collective queued behind seconds of GPU work (fp32 matmuls of 16384^2) has not
+// finished a second later, so the communicator with a 1 s timeout ends the process with status 1 and
+// says which collective. A child process runs it (gtest re-executes the binary for the death test).
+TEST(Nccl, WatchdogEndsTheRunWhenACollectiveDoesNotFinishInTime_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        const auto comm = NcclCommunicator::create(nullptr, torch::Device(torch::kCUDA, 0), std::chrono::seconds(1));
+        const auto a = torch::randn({16384, 16384}, torch::TensorOptions().device(torch::kCUDA));
+        auto acc = torch::zeros_like(a);
+        for (int i = 0; i < 100; ++i) acc.addmm_(a, a);  // ~0.15 s each on an H200
+        auto t = acc.narrow(0, 0, 1).flatten();
+        comm->all_reduce_sum(t);  // queued after the matmuls
+        std::this_thread::sleep_for(std::chrono::seconds(60));  // the watchdog ends the process first
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(1), "NCCL all_reduce_sum did not finish within 1 s: a rank is gone or stuck");
 }

@@ -1,5 +1,5 @@
-// The ranks of an mpirun job over MPI, for CPU tensors, and how a program finds the job it was started
-// in. MPI is initialised once per process, on first use, and finalised at exit; every collective is a
+// The ranks of an mpirun job over MPI, for CPU tensors (dist/launch.h finds the job a program was
+// started in). MPI is initialised once per process, on first use, and finalised at exit; every collective is a
 // blocking MPI call on MPI_COMM_WORLD.
 #pragma once
 
@@ -34,12 +34,5 @@ class MpiCommunicator final : public Communicator {
 
 /// Whether llmtrain was built with MPI.
 bool mpi_available();
-
-/// The communicator of the job this process belongs to: MpiCommunicator::world() when an MPI launcher
-/// (mpirun of OpenMPI, or a PMI/PMIx launcher) started more than one rank, null for a lone process.
-/// Throws llmtrain::Error for a launch it cannot join (several ranks but no MPI in this build; a
-/// torchrun-style RANK / WORLD_SIZE launch, which needs the NCCL bootstrap).
-///   auto comm = llmtrain::dist::from_environment();  // Trainer(config, comm)
-std::shared_ptr<Communicator> from_environment();
 
 }  // namespace llmtrain::dist

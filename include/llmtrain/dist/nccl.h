@@ -3,12 +3,15 @@
 // Collectives run on a stream of the communicator's own, ordered after the work queued on the
 // caller's current stream by an event; the caller's stream waits for a collective's end (all but
 // start_all_reduce_avg, whose end wait() marks). CPU tensors are accepted too, through a device copy
-// (the Trainer's scalars).
+// (the Trainer's scalars). A watchdog thread ends the run (as abort() does) when a collective has not
+// finished within the timeout or NCCL reports an asynchronous error, so that no rank hangs.
 #pragma once
 
+#include <chrono>
 #include <memory>
 
 #include "llmtrain/dist/communicator.h"
+#include "llmtrain/dist/launch.h"
 
 namespace llmtrain::dist {
 
@@ -17,8 +20,10 @@ namespace llmtrain::dist {
 class NcclCommunicator final : public Communicator {
  public:
   /// Joins the ranks of `bootstrap` (null or one rank: a single-rank run) on `device`, which becomes
-  /// the current CUDA device. Throws llmtrain::Error when llmtrain was built without CUDA.
-  static std::shared_ptr<NcclCommunicator> create(std::shared_ptr<Communicator> bootstrap, torch::Device device);
+  /// the current CUDA device; a collective that has not finished `timeout` after it was queued ends
+  /// the run. Throws llmtrain::Error when llmtrain was built without CUDA.
+  static std::shared_ptr<NcclCommunicator> create(std::shared_ptr<Communicator> bootstrap, torch::Device device,
+                                                  std::chrono::milliseconds timeout = dist::timeout());
   ~NcclCommunicator() override;
 
   int rank() const override { return rank_; }
@@ -42,9 +47,5 @@ class NcclCommunicator final : public Communicator {
   int rank_, size_;
   std::unique_ptr<State> s_;
 };
-
-/// This process's rank among those on its node (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID,
-/// LOCAL_RANK, SLURM_LOCALID; 0 when none is set): which GPU a rank takes.
-int local_rank();
 
 }  // namespace llmtrain::dist

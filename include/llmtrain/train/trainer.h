@@ -15,7 +15,7 @@
 
 #include "llmtrain/dist/communicator.h"
 #include "llmtrain/dist/data_parallel.h"
-#include "llmtrain/dist/mpi.h"
+#include "llmtrain/dist/launch.h"
 #include "llmtrain/nn/gpt2.h"
 #include "llmtrain/optim/optimizer.h"
 #include "llmtrain/train/config.h"

@@ -1,63 +1,39 @@
-// dist::MpiCommunicator under mpirun with two CPU ranks (ctest starts this binary through mpirun): the
-// collectives' results, dist::DataParallel's buckets and averages, the Trainer on two ranks with half a
-// batch each against one process with two accumulation steps (plain and ZeRO-1), and configurations
-// that differ. Every
-// rank runs every test, making the same collective calls in order. MpiKilledRank runs only under
+// Two CPU ranks of a launch, through dist::from_environment() (ctest starts this binary under mpirun,
+// and under torchrun, whose ranks meet through the store): the collectives' results,
+// dist::DataParallel's buckets and averages, the Trainer on two ranks with half a batch each against
+// one process with two accumulation steps (plain and ZeRO-1), and configurations that differ. Every
+// rank runs every test, making the same collective calls in order. RanksKilledRank runs only under
 // tests/dist/killed_rank.sh.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 
 #include "llmtrain/dist/data_parallel.h"
-#include "llmtrain/dist/mpi.h"
+#include "dist/collectives.h"
+#include "llmtrain/dist/launch.h"
 #include "llmtrain/train/trainer.h"
 #include "test_util.h"
 #include "train/run_folder.h"
 
-using llmtrain::dist::MpiCommunicator;
-
-TEST(Mpi, CollectivesSumAndBroadcastOverTheRanks) {
-  const auto comm = MpiCommunicator::world();
-  ASSERT_EQ(comm->world_size(), 2) << "run under mpirun -np 2";
-  const int r = comm->rank();
-  for (const auto dtype : {torch::kFloat, torch::kDouble, torch::kLong, torch::kBFloat16}) {
-    auto t = torch::full({3, 5}, r + 1, dtype);
-    comm->all_reduce_sum(t);
-    EXPECT_TRUE(torch::equal(t, torch::full({3, 5}, 3, dtype))) << dtype;
-  }
-  auto strided = torch::zeros({6, 4}).t();  // not contiguous: reduced through a copy, written back
-  strided.fill_(r + 1.5);
-  comm->all_reduce_sum(strided);
-  EXPECT_TRUE(torch::equal(strided, torch::full({4, 6}, 4.0)));
-  auto b = torch::arange(6, torch::kFloat) * (r + 1);
-  comm->broadcast(b, 1);
-  EXPECT_TRUE(torch::equal(b, torch::arange(6, torch::kFloat) * 2));
-  comm->barrier();
-  llmtrain::testing::expect_error([&] { comm->broadcast(b, 2); }, {"root 2 is not a rank of 2"});
-  llmtrain::testing::expect_error([&] { auto s = torch::zeros({2}, torch::kInt8); comm->all_reduce_sum(s); },
-                                  {"no MPI type for Char"});
-  auto avg = torch::full({4}, double(r), torch::kDouble);
-  comm->all_reduce_avg(avg);
-  EXPECT_TRUE(torch::equal(avg, torch::full({4}, 0.5, torch::kDouble)));
-  const auto whole = torch::arange(6, torch::kFloat) + 10 * r;  // rank 0: 0..5, rank 1: 10..15
-  auto part = torch::zeros({3});
-  comm->reduce_scatter_sum(whole, part);  // the sum 10, 12, ..., 20; rank r takes its half
-  EXPECT_TRUE(torch::equal(part, torch::arange(3, torch::kFloat) * 2 + 10 + 6 * r)) << part;
-  auto gathered = torch::zeros({6});
-  comm->all_gather(part, gathered);
-  EXPECT_TRUE(torch::equal(gathered, torch::arange(6, torch::kFloat) * 2 + 10)) << gathered;
-  llmtrain::testing::expect_error([&] { auto small = torch::zeros({2}); comm->reduce_scatter_sum(whole, small); },
-                                  {"reduce_scatter_sum", "2 parts of 2"});
-  const auto found = llmtrain::dist::from_environment();  // mpirun's environment: this job
-  ASSERT_TRUE(found);
-  EXPECT_EQ(found->world_size(), 2);
-  EXPECT_EQ(found->rank(), r);
+// The launch's own communicator: MPI under mpirun, the store under torchrun.
+std::shared_ptr<llmtrain::dist::Communicator> world() {
+  const auto comm = llmtrain::dist::from_environment();
+  if (!comm) ADD_FAILURE() << "run under mpirun -np 2 or torchrun --nproc-per-node 2";
+  return comm;
 }
 
-TEST(Mpi, TwoRanksOnHalfBatchesTrainAsOneProcessWithTwoAccumulationSteps) {
-  const auto comm = MpiCommunicator::world();
+TEST(Ranks, CollectivesSumAndBroadcastOverTheRanks) {
+  const auto comm = world();
+  ASSERT_TRUE(comm);
+  llmtrain::testing::expect_collectives(*comm);
+  EXPECT_EQ(llmtrain::dist::from_environment(), comm);  // one communicator a process
+}
+
+TEST(Ranks, TwoRanksOnHalfBatchesTrainAsOneProcessWithTwoAccumulationSteps) {
+  const auto comm = world();
   ASSERT_EQ(comm->world_size(), 2);
   llmtrain::testing::RunFolder run;  // each rank's own folder, with the same shards
   const std::vector<std::string> five = {"train.max_steps=5", "checkpoint.every=0"};
@@ -85,8 +61,8 @@ TEST(Mpi, TwoRanksOnHalfBatchesTrainAsOneProcessWithTwoAccumulationSteps) {
 // Buckets from the last parameter back, a new one past bucket_bytes; gradients accumulated over two
 // backwards (the first not synced) and averaged over the ranks equal the mean of both ranks' sums; a
 // parameter without a gradient reads zero; reductions start during backward.
-TEST(Mpi, DataParallelAveragesAccumulatedGradientsInBuckets) {
-  const auto comm = MpiCommunicator::world();
+TEST(Ranks, DataParallelAveragesAccumulatedGradientsInBuckets) {
+  const auto comm = world();
   const int r = comm->rank();
   torch::manual_seed(3);
   std::vector<torch::Tensor> params = {torch::randn({64}).requires_grad_(), torch::randn({8, 8}).requires_grad_(),
@@ -129,8 +105,8 @@ TEST(Mpi, DataParallelAveragesAccumulatedGradientsInBuckets) {
 // ZeRO-1's shard: buckets padded to a multiple of the ranks, each rank's slices its half of every
 // bucket (together every element once), their gradients the mean over the ranks, and the gather
 // putting each rank's new values into every rank's parameters.
-TEST(Mpi, ShardedDataParallelSplitsTheBucketsBetweenTheRanks) {
-  const auto comm = MpiCommunicator::world();
+TEST(Ranks, ShardedDataParallelSplitsTheBucketsBetweenTheRanks) {
+  const auto comm = world();
   const int r = comm->rank();
   std::vector<torch::Tensor> params = {torch::ones({6}).requires_grad_(), torch::ones({3, 3}).requires_grad_()};
   llmtrain::dist::DataParallelOptions o;
@@ -158,19 +134,19 @@ TEST(Mpi, ShardedDataParallelSplitsTheBucketsBetweenTheRanks) {
   EXPECT_TRUE(torch::equal(params[0].detach(), torch::full({6}, 20.0)));
 }
 
-TEST(Mpi, RanksWithDifferentConfigurationsAllFail) {
-  const auto comm = MpiCommunicator::world();
+TEST(Ranks, RanksWithDifferentConfigurationsAllFail) {
+  const auto comm = world();
   llmtrain::testing::RunFolder run;
   llmtrain::train::Trainer t(
       run.config("differ", {"train.max_steps=2", comm->rank() == 1 ? "train.lr=2e-3" : "train.lr=1e-3"}), comm);
   llmtrain::testing::expect_error([&] { t.run(); }, {"configurations differ", "this is rank"});
 }
 
-// Rank 1 kills itself during training; the job must end (mpirun ends rank 0) instead of rank 0 waiting
-// in its next collective forever. killed_rank.sh checks the exit status and the time.
-TEST(MpiKilledRank, TheOtherRankDoesNotHang) {
+// Rank 1 kills itself during training; the job must end (the launcher ends rank 0, or rank 0's wait
+// times out) instead of rank 0 waiting in its next collective forever. killed_rank.sh checks the exit status and the time.
+TEST(RanksKilledRank, TheOtherRankDoesNotHang) {
   if (!std::getenv("LLMTRAIN_KILL_RANK_TEST")) GTEST_SKIP() << "run by tests/dist/killed_rank.sh";
-  const auto comm = MpiCommunicator::world();
+  const auto comm = world();
   llmtrain::testing::RunFolder run;
   llmtrain::train::Trainer t(run.config("killed", {"train.max_steps=1000", "checkpoint.every=0"}), comm);
   t.on_step([&](const llmtrain::train::StepRecord& rec) {
@@ -182,4 +158,20 @@ TEST(MpiKilledRank, TheOtherRankDoesNotHang) {
   });
   t.run();
   ADD_FAILURE() << "the run went on to its end after a rank died";
+}
+
+// Rank 1 aborts (the store marks the run failed) while rank 0 waits in a collective: rank 0's wait
+// ends at once with an error naming rank 1. Run by ctest under env_ranks.sh, with no launcher that
+// would end rank 0 itself.
+TEST(RanksAbortedRank, TheOtherRanksWaitEndsWithAnError) {
+  if (!std::getenv("LLMTRAIN_ABORT_RANK_TEST")) GTEST_SKIP() << "run by ctest under tests/dist/env_ranks.sh";
+  const auto comm = world();
+  ASSERT_TRUE(comm);
+  if (comm->rank() == 1) comm->abort(3);
+  auto t = torch::ones({4});
+  const auto start = std::chrono::steady_clock::now();
+  llmtrain::testing::expect_error([&] { comm->all_reduce_sum(t); }, {"rank 1 failed and ended the run"});
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(took, 10.0);
+  if (!HasFailure()) std::printf("rank 0 saw rank 1's abort after %.2f s\n", took);
 }

@@ -1,0 +1,80 @@
+// The launch a process belongs to, read from its environment: MPI's variables first (mpirun, srun
+// with PMI), then torchrun's.
+#include "llmtrain/dist/launch.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+#include "llmtrain/core/error.h"
+#include "llmtrain/dist/mpi.h"
+#include "llmtrain/dist/store.h"
+
+namespace llmtrain::dist {
+namespace {
+
+// The variable `name` as an integer; `fallback` when it is unset, an error naming it when malformed.
+long env_long(const char* name, long fallback) {
+  const char* v = std::getenv(name);
+  if (!v) return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const long n = std::strtol(v, &end, 10);
+  LLMTRAIN_CHECK(*v && *end == 0 && errno == 0, "the environment variable ", name, "=\"", v,
+                 "\" is not an integer");
+  return n;
+}
+
+const char* env_required(const char* name, long world) {
+  const char* v = std::getenv(name);
+  LLMTRAIN_CHECK(v && *v, "WORLD_SIZE is ", world, " but ", name, " is not set; a torchrun-style launch sets RANK, ",
+                 "WORLD_SIZE, MASTER_ADDR and MASTER_PORT for every rank (or launch with mpirun -np N)");
+  return v;
+}
+
+}  // namespace
+
+std::chrono::milliseconds timeout() {
+  const long s = env_long("LLMTRAIN_DIST_TIMEOUT", 600);
+  LLMTRAIN_CHECK(s > 0, "LLMTRAIN_DIST_TIMEOUT is ", s, ": give the seconds a rank waits for the others, above 0");
+  return std::chrono::seconds(s);
+}
+
+int local_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "LOCAL_RANK", "SLURM_LOCALID"})
+    if (std::getenv(name)) return int(env_long(name, 0));
+  return 0;
+}
+
+std::shared_ptr<Communicator> from_environment() {
+  const long mpi_size =
+      std::max({env_long("OMPI_COMM_WORLD_SIZE", 0), env_long("PMI_SIZE", 0), env_long("PMIX_SIZE", 0)});
+  if (mpi_size > 1) {
+    LLMTRAIN_CHECK(mpi_available(), "this process is one of ", mpi_size, " ranks of an MPI launch, but llmtrain was "
+                   "built without MPI (install an MPI, e.g. libopenmpi-dev, and configure again)");
+    return MpiCommunicator::world();
+  }
+  const long world = env_long("WORLD_SIZE", 1);
+  if (world <= 1) return nullptr;
+  static std::mutex mutex;
+  static std::shared_ptr<StoreCommunicator> made;  // one rendezvous a process
+  std::lock_guard<std::mutex> lock(mutex);
+  if (made) return made;
+  Rendezvous where;
+  where.world_size = int(world);
+  env_required("RANK", world);
+  where.rank = int(env_long("RANK", -1));
+  where.host = env_required("MASTER_ADDR", world);
+  env_required("MASTER_PORT", world);
+  where.port = int(env_long("MASTER_PORT", 0));
+  const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+  where.agent_store = agent && std::string(agent) == "True";
+  where.key_prefix = "llmtrain/" + std::to_string(env_long("TORCHELASTIC_RESTART_COUNT", 0)) + "/";
+  where.timeout = timeout();
+  made = StoreCommunicator::connect(where);
+  return made;
+}
+
+}  // namespace llmtrain::dist
