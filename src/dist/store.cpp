@@ -162,6 +162,16 @@ struct StoreCommunicator::State {
     return got;
   }
 
+  // Keeps rank 0's store up (it hosts it) until the counter `name` reaches `count` (or, with
+  // `until_abort`, a rank aborted), for `seconds` at most: ranks that died never count themselves.
+  void linger(const std::string& name, int64_t count, int seconds, bool until_abort) {
+    if (where.rank != 0 || where.agent_store) return;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    while (store->add(key(name), 0) < count && !(until_abort && store->check({key("abort")})) &&
+           std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+
   // Every rank's `mine`, in rank order (all_reduce_sum, all_gather, barrier).
   std::vector<Bytes> share(const char* what, Bytes mine) {
     std::vector<std::string> ranks;
@@ -178,11 +188,7 @@ StoreCommunicator::~StoreCommunicator() {
   // the last collective), for 10 s at most: a rank that died never does.
   try {
     s_->store->add(s_->key("bye"), 1);
-    if (where_.rank != 0 || where_.agent_store) return;
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (s_->store->add(s_->key("bye"), 0) < where_.world_size && !s_->store->check({s_->key("abort")}) &&
-           std::chrono::steady_clock::now() < until)
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    s_->linger("bye", where_.world_size, 10, /*until_abort=*/true);
   } catch (const std::exception&) {  // the store is gone: nothing to wait for
   }
 }
@@ -265,12 +271,7 @@ void StoreCommunicator::abort(int code) {
   try {
     const std::string me = std::to_string(where_.rank);
     s_->store->set(s_->key("abort"), Bytes(me.begin(), me.end()));
-    // The store lives in rank 0: it stays up a moment, for the others to read the mark.
-    if (where_.rank == 0 && !where_.agent_store) {
-      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-      while (std::chrono::steady_clock::now() < until && s_->store->add(s_->key("abort_seen"), 0) < where_.world_size - 1)
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    s_->linger("abort_seen", where_.world_size - 1, 2, /*until_abort=*/false);  // for the others to read the mark
   } catch (const std::exception&) {  // the store is gone already: the others find out through it
   }
   std::_Exit(code);
