@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <random>
 
 #include "peer.h"
 
@@ -58,13 +59,31 @@ int main(int argc, char** argv) {
     uint64_t checksum = 0;
     for (size_t i = 0; i < ids.size(); ++i) checksum = (checksum + (i + 1) * uint64_t(ids[i])) % (1ull << 61);
 
+    // One word without spaces is one piece to merge: 1 MB of it for llmtrain (O(n log n)), 64 KB for both
+    // (tiktoken's merge of one piece is quadratic, so 1 MB would take it minutes).
+    std::mt19937 rng(1);
+    std::string word;
+    for (int i = 0; i < (1 << 20); ++i) word += char('a' + rng() % 26);
+    const std::string small_word = word.substr(0, 1 << 16);
+    const auto best_of = [&](const std::string& t) {
+      double best = 1e30;
+      for (int i = 0; i < repeat; ++i) {
+        const auto start = std::chrono::steady_clock::now();
+        tok->encode(t);
+        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      }
+      return best;
+    };
+    const double ours_word = best_of(word), ours_small = best_of(small_word);
+
     const std::string tmp = llmtrain::fs::make_temp_dir("llmtrain_bench_tok_");
     std::ofstream(tmp + "/corpus.txt", std::ios::binary) << text;
+    std::ofstream(tmp + "/word.txt", std::ios::binary) << small_word;
     const std::string script = std::string(LLMTRAIN_SOURCE_DIR) + "/benchmarks/tiktoken_speed.py";
-    nlohmann::json peer;
+    nlohmann::json peer, peer_word;
     try {
-      peer = bench::run_python_json(python, std::string(LLMTRAIN_SOURCE_DIR) + "/benchmarks/tiktoken_speed.py",
-                                    {data + "/gpt2", tmp + "/corpus.txt", std::to_string(repeat)});
+      peer = bench::run_python_json(python, script, {data + "/gpt2", tmp + "/corpus.txt", std::to_string(repeat)});
+      peer_word = bench::run_python_json(python, script, {data + "/gpt2", tmp + "/word.txt", "1"});
     } catch (...) {
       llmtrain::fs::remove_tree(tmp);
       throw;
@@ -78,14 +97,23 @@ int main(int argc, char** argv) {
     std::printf("%-10s %10.3f %10.2f\n", "llmtrain", ours, mb / ours);
     std::printf("%-10s %10.3f %10.2f\n", "tiktoken", theirs, mb / theirs);
     std::printf("speed-up %.2fx, ids %s\n", theirs / ours, equal ? "identical" : "DIFFERENT");
+    const double theirs_small = peer_word["seconds"].get<double>();
+    std::printf("one word without spaces (a single piece to merge):\n");
+    std::printf("%-10s %10s %10s %10s\n", "encoder", "word", "seconds", "MB/s");
+    std::printf("%-10s %10s %10.4f %10.2f\n", "llmtrain", "64 KB", ours_small, small_word.size() / 1e6 / ours_small);
+    std::printf("%-10s %10s %10.4f %10.2f\n", "tiktoken", "64 KB", theirs_small, small_word.size() / 1e6 / theirs_small);
+    std::printf("%-10s %10s %10.4f %10.2f  (%.2fx its speed on the corpus)\n", "llmtrain", "1 MB", ours_word,
+                word.size() / 1e6 / ours_word, (word.size() / ours_word) / (text.size() / ours));
     std::printf("%s\n", nlohmann::json{{"bench", "tokenizer"}, {"mb", mb}, {"tokens", ids.size()},
                                        {"llmtrain_mb_s", mb / ours}, {"tiktoken_mb_s", mb / theirs},
-                                       {"speedup", theirs / ours}, {"ids_identical", equal}}
+                                       {"speedup", theirs / ours}, {"ids_identical", equal},
+                                       {"word_1mb_s", ours_word}, {"word_64kb_s", ours_small},
+                                       {"tiktoken_word_64kb_s", theirs_small}}
                             .dump()
                             .c_str());
     return equal ? 0 : 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_tokenizer: %s\n", e.what());
+    std::fprintf(stderr, "bench_tokenizer: %s\n", llmtrain::describe(e).c_str());
     return 1;
   }
 }

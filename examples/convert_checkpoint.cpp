@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> from, to;
   app.add_option("--from", from, "FORMAT IN: native | hf | llmc, and the path")->required()->expected(2);
   app.add_option("--to", to, "FORMAT OUT: native | hf, and the path")->required()->expected(2);
+  bool force = false;
+  app.add_flag("--force", force, "replace an existing output that llmtrain did not write");
   CLI11_PARSE(app, argc, argv);
   try {
     llmtrain::nn::GPT2 model{nullptr};
@@ -22,13 +24,14 @@ int main(int argc, char** argv) {
     else if (from[0] == "hf") model = llmtrain::io::load_hf_gpt2(from[1]);
     else if (from[0] == "llmc") model = llmtrain::io::load_llmc_gpt2(from[1]);
     else throw llmtrain::Error("--from " + from[0] + ": expected native, hf or llmc");
-    if (to[0] == "native") llmtrain::train::save_model_checkpoint(model, to[1]);
-    else if (to[0] == "hf") llmtrain::io::save_hf_gpt2(model, to[1]);
+    const llmtrain::fs::OutputOptions out{"--to " + to[0], {from[1]}, force};
+    if (to[0] == "native") llmtrain::train::save_model_checkpoint(model, to[1], out);
+    else if (to[0] == "hf") llmtrain::io::save_hf_gpt2(model, to[1], out);
     else throw llmtrain::Error("--to " + to[0] + ": expected native or hf");
     std::printf("%s %s -> %s %s (%.1fM parameters)\n", from[0].c_str(), from[1].c_str(), to[0].c_str(),
                 to[1].c_str(), double(model->num_parameters()) / 1e6);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "convert_checkpoint: %s\n", e.what());
+    std::fprintf(stderr, "convert_checkpoint: %s\n", llmtrain::describe(e).c_str());
     return 1;
   }
   return 0;

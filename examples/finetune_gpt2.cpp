@@ -12,17 +12,18 @@ int main(int argc, char** argv) {
   CLI::App app{"Fine-tune a GPT-2 checkpoint on shards or SFT JSONL"};
   std::string from, config_path;
   std::vector<std::string> sets;
-  bool resume = false;
+  llmtrain::train::RunOptions run;
   app.add_option("--from,--init", from, "checkpoint folder, a run's out_dir (newest checkpoint), or a Hugging Face GPT-2 folder")
       ->required();
   app.add_option("--config", config_path, "JSON config of the fine-tuning run (see examples/configs/)")->required();
   app.add_option("--set", sets, "override a key, e.g. --set train.lr=1e-5 (repeatable)");
-  app.add_flag("--resume", resume, "continue the fine-tuning run from the newest checkpoint in its out_dir");
+  app.add_flag("--resume", run.resume, "continue the fine-tuning run from the newest checkpoint in its out_dir");
+  app.add_flag("--force", run.force, "write into an out_dir that holds files llmtrain did not write (config.json, ...)");
   CLI11_PARSE(app, argc, argv);
   try {
-    llmtrain::train::run_training(llmtrain::train::finetune_config(from, config_path, sets), resume);
+    llmtrain::train::run_training(llmtrain::train::finetune_config(from, config_path, sets), run);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "finetune_gpt2: %s\n", e.what());
+    std::fprintf(stderr, "finetune_gpt2: %s\n", llmtrain::describe(e).c_str());
     return 1;
   }
   return 0;

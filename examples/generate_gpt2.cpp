@@ -48,27 +48,16 @@ int main(int argc, char** argv) {
     std::unique_ptr<llmtrain::tokenizer::Tokenizer> tok;
     if (format == "text" || !prompt.empty())
       tok = llmtrain::tokenizer::load_tokenizer(tokenizer, tokenizer == "gpt2" ? vocab_dir : model_file);
-    const auto id_list = [](const std::string& flag, const std::string& text) {
-      const auto j = nlohmann::json::parse(text, nullptr, false);
-      LLMTRAIN_CHECK(j.is_array(), flag, ": expected a JSON array of ids, got ", text);
-      std::vector<int32_t> out;
-      for (const auto& id : j) {
-        LLMTRAIN_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() <= INT32_MAX, flag,
-                       ": ", id.dump(), " is not a token id");
-        out.push_back(id.get<int32_t>());
-      }
-      return out;
-    };
     std::vector<int32_t> ids;
     if (!prompt_ids.empty()) {
-      ids = id_list("--prompt-ids", prompt_ids);
+      ids = llmtrain::tokenizer::parse_ids(prompt_ids, "--prompt-ids", model->cfg.vocab_size());
     } else if (!prompt.empty()) {
       ids = tok->encode(prompt);
     } else {
       LLMTRAIN_CHECK(tok && tok->eot_id(), "no prompt: give --prompt or --prompt-ids");
       ids = {*tok->eot_id()};  // start a fresh document
     }
-    if (!stop_ids.empty()) o.stop_tokens = id_list("--stop-ids", stop_ids);
+    if (!stop_ids.empty()) o.stop_tokens = llmtrain::tokenizer::parse_ids(stop_ids, "--stop-ids", model->cfg.vocab_size());
     else if (tok && tok->eot_id()) o.stop_tokens = {*tok->eot_id()};
     const auto is_stop = [&](int32_t id) {
       return std::find(o.stop_tokens.begin(), o.stop_tokens.end(), id) != o.stop_tokens.end();
@@ -98,7 +87,7 @@ int main(int argc, char** argv) {
     if (format == "ids") std::printf("%s", nlohmann::json(produced).dump().c_str());
     std::printf("\n");
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "generate_gpt2: %s\n", e.what());
+    std::fprintf(stderr, "generate_gpt2: %s\n", llmtrain::describe(e).c_str());
     return 1;
   }
   return 0;

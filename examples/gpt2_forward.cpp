@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
     std::printf("loss %.4f (ln vocab %.4f), forward+backward %.1f ms, %.0f tokens/s on %s\n", loss,
                 std::log(double(cfg.vocab_size())), ms, batch * seq / (ms / 1e3), device.c_str());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "gpt2_forward: %s\n", e.what());
+    std::fprintf(stderr, "gpt2_forward: %s\n", llmtrain::describe(e).c_str());
     return 1;
   }
   return 0;

@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
                 s.bytes / 1e6 / s.seconds, o.out_dir.c_str());
   } catch (const std::exception& e) {
     if (tty) std::fprintf(stderr, "\n");
-    std::fprintf(stderr, "prepare_data: %s\n", e.what());
+    std::fprintf(stderr, "prepare_data: %s\n", llmtrain::describe(e).c_str());
     return 1;
   }
   return 0;

@@ -3,11 +3,10 @@
 //   echo "[15496, 995]" | build/bin/tokenize --vocab-dir ../shared/data/gpt2 --decode
 #include <CLI/CLI.hpp>
 #include <llmtrain/llmtrain.h>
-#include <nlohmann/json.hpp>
 
 #include <cstdio>
-#include <iostream>
-#include <iterator>
+#include <string>
+#include <vector>
 
 int main(int argc, char** argv) {
   CLI::App app{"Text on stdin to GPT-2 (or SentencePiece) token ids on stdout, or back"};
@@ -21,27 +20,28 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     const auto tok = llmtrain::tokenizer::load_tokenizer(kind, kind == "gpt2" ? vocab_dir : model);
-    const std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+    // stdin may be a pipe that never ends: read it in pieces, up to a bound.
+    constexpr size_t kMaxInput = size_t(1) << 30;
+    std::string input;
+    char buf[1 << 16];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, stdin)) > 0;) {
+      LLMTRAIN_CHECK(input.size() + n <= kMaxInput, "stdin holds more than ", kMaxInput,
+                     " bytes: give the text in smaller pieces (or use prepare_data for a corpus)");
+      input.append(buf, n);
+    }
+    LLMTRAIN_CHECK(!std::ferror(stdin), "cannot read stdin");
     if (decode) {
-      nlohmann::json ids;
-      try {
-        ids = nlohmann::json::parse(input);
-      } catch (const nlohmann::json::exception&) {
-        LLMTRAIN_CHECK(false, "--decode: stdin is not a JSON array of ids");
-      }
-      LLMTRAIN_CHECK(ids.is_array(), "--decode: stdin is not a JSON array of ids");
-      std::vector<int32_t> v;
-      for (const auto& id : ids) {
-        LLMTRAIN_CHECK(id.is_number_integer(), "--decode: ", id.dump(), " is not an integer id");
-        v.push_back(id.get<int32_t>());
-      }
+      const std::vector<int32_t> v = llmtrain::tokenizer::parse_ids(input, "--decode: stdin", tok->vocab_size());
       const std::string text = tok->decode(v);
       std::fwrite(text.data(), 1, text.size(), stdout);
     } else {
-      std::printf("%s\n", nlohmann::json(tok->encode(input, allow_special)).dump().c_str());
+      const std::vector<int32_t> ids = tok->encode(input, allow_special);
+      std::string line = "[";
+      for (size_t i = 0; i < ids.size(); ++i) line += (i ? "," : "") + std::to_string(ids[i]);
+      std::printf("%s]\n", line.c_str());
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "tokenize: %s\n", e.what());
+    std::fprintf(stderr, "tokenize: %s\n", llmtrain::describe(e).c_str());
     return 1;
   }
   return 0;

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   app.add_option("--character-coverage", o.character_coverage, "share of characters kept as pieces")->capture_default_str();
   app.add_option("--max-sentences", o.max_sentences, "train on a random sample of this many lines (0: all)")->capture_default_str();
   app.add_option("--max-line-bytes", o.max_line_bytes, "skip longer lines")->capture_default_str();
+  app.add_flag("--force", o.force, "replace existing OUT.model and OUT.vocab files");
   bool no_byte_fallback = false;
   app.add_flag("--no-byte-fallback", no_byte_fallback, "map unknown characters to <unk> instead of bytes");
   CLI11_PARSE(app, argc, argv);
@@ -39,7 +40,7 @@ int main(int argc, char** argv) {
                 o.model_prefix.c_str(), o.model_type.c_str(), static_cast<long long>(tok.vocab_size()), s, bytes, tokens,
                 tokens ? double(bytes) / tokens : 0.0);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "train_tokenizer: %s\n", e.what());
+    std::fprintf(stderr, "train_tokenizer: %s\n", llmtrain::describe(e).c_str());
     return 1;
   }
   return 0;

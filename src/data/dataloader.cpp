@@ -182,6 +182,7 @@ DataLoader::DataLoader(DataLoaderOptions options) : impl_(std::make_unique<Impl>
   LLMTRAIN_CHECK(o.world_size > 0 && o.rank >= 0 && o.rank < o.world_size, "DataLoader: rank ", o.rank,
                  " is outside world size ", o.world_size);
   d.files = glob_files(o.pattern);
+  check_shard_set(d.files);
   for (const auto& f : d.files) {
     d.shards.emplace_back(f);
     const int64_t n = d.shards.back().num_tokens();

@@ -12,30 +12,27 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
+#include <memory>
 #include <set>
 #include <thread>
 
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/fs.h"
 #include "llmtrain/data/shard.h"
+#include "../core/json.h"
 #include "jsonl.h"
 
 namespace llmtrain::data {
 namespace {
 
 constexpr int64_t kBatchBytes = 64 << 20;
+constexpr uint64_t kMaxTextFile = uint64_t(8) << 30;  // a text input is read whole
 
 struct Document {
   std::string text;
   std::string where;  // "file" or "file:line", for errors
   bool val = false;
 };
-
-bool is_dir(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
 
 std::string real_path(const std::string& path) {
   char buf[PATH_MAX];
@@ -49,7 +46,7 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 // Files under `path` (itself if a file), sorted, hidden entries skipped.
 void list_files(const std::string& path, std::vector<std::string>& out) {
-  if (!is_dir(path)) {
+  if (!fs::is_dir(path)) {
     out.push_back(real_path(path));
     return;
   }
@@ -98,31 +95,27 @@ class DocumentReader {
     while (bytes < kBatchBytes && file_ < files_.size()) {
       const auto& [path, val] = files_[file_];
       if (!ends_with(path, ".jsonl")) {
-        std::string text = fs::read_file(path);
+        std::string text = fs::read_file(path, kMaxTextFile, "prepare_data: input");
         bytes += int64_t(text.size());
         if (o_.separator.empty()) batch.push_back({std::move(text), path, val});
         else split_documents(text, path, val, batch);
         ++file_;
         continue;
       }
-      if (!jsonl_.is_open()) {
-        jsonl_.open(path, std::ios::binary);
-        LLMTRAIN_CHECK(jsonl_.good(), "prepare_data: cannot read ", path);
-        line_no_ = 0;
-      }
+      if (!jsonl_) jsonl_ = std::make_unique<detail::LineReader>(path, "prepare_data");
       std::string line;
-      while (bytes < kBatchBytes && std::getline(jsonl_, line)) {
-        ++line_no_;
+      bool more = false;
+      while (bytes < kBatchBytes && (more = jsonl_->next(line))) {
         bytes += int64_t(line.size()) + 1;
-        const std::string where = path + ":" + std::to_string(line_no_);
+        const std::string where = path + ":" + std::to_string(jsonl_->line_no());
         const auto j = detail::parse_object("prepare_data", line, where, o_.skip_bad_lines, summary_.skipped_lines);
         if (!j) continue;
         if (auto text = detail::string_field("prepare_data", *j, o_.text_field, where, o_.skip_bad_lines,
                                              summary_.skipped_lines))
           batch.push_back({std::move(*text), where, val});
       }
-      if (!jsonl_.good()) {  // this file is done
-        jsonl_.close();
+      if (!more) {  // this file is done
+        jsonl_.reset();
         ++file_;
       }
     }
@@ -161,16 +154,15 @@ class DocumentReader {
   PrepareSummary& summary_;
   std::vector<std::pair<std::string, bool>> files_;  // (path, goes to val)
   size_t file_ = 0;
-  std::ifstream jsonl_;
-  int64_t line_no_ = 0;
+  std::unique_ptr<detail::LineReader> jsonl_;
   int64_t total_bytes_ = 0, done_bytes_ = 0;
 };
 
-// Buffers one split's tokens and writes a shard whenever shard_tokens are there.
+// Buffers one split's tokens and writes a shard whenever shard_tokens are there; lists what it wrote.
 class ShardSink {
  public:
-  ShardSink(std::string prefix, int64_t shard_tokens, int64_t vocab)
-      : prefix_(std::move(prefix)), shard_tokens_(shard_tokens), vocab_(vocab) {}
+  ShardSink(std::string dir, std::string split, int64_t shard_tokens, int64_t vocab)
+      : dir_(std::move(dir)), split_(std::move(split)), shard_tokens_(shard_tokens), vocab_(vocab) {}
   void add(const std::vector<int32_t>& ids) {
     for (size_t at = 0; at < ids.size();) {
       const size_t take = std::min(ids.size() - at, size_t(shard_tokens_) - buf_.size());
@@ -183,18 +175,26 @@ class ShardSink {
   void flush() {
     if (buf_.empty()) return;
     char name[32];
-    std::snprintf(name, sizeof name, "_%06lld.bin", static_cast<long long>(shards_++));
-    write_shard(prefix_ + name, buf_, vocab_);
+    std::snprintf(name, sizeof name, "_%06lld.bin", static_cast<long long>(written_.size()));
+    write_shard(dir_ + "/" + split_ + name, buf_, vocab_);
+    written_.push_back({split_ + name, int64_t(buf_.size())});
     buf_.clear();
   }
   int64_t tokens() const { return tokens_; }
-  int64_t shards() const { return shards_; }
+  int64_t shards() const { return int64_t(written_.size()); }
+  // The manifest's entries for this split's shards.
+  void list(json::Json& shards) const {
+    const int64_t width = vocab_ > 65536 ? 4 : 2;
+    for (const auto& [file, n] : written_)
+      shards.push_back({{"file", file}, {"split", split_}, {"tokens", n}, {"bytes", kShardHeaderInts * 4 + n * width}});
+  }
 
  private:
-  std::string prefix_;
+  std::string dir_, split_;
   int64_t shard_tokens_, vocab_;
   std::vector<int32_t> buf_;
-  int64_t tokens_ = 0, shards_ = 0;
+  int64_t tokens_ = 0;
+  std::vector<std::pair<std::string, int64_t>> written_;  // (file, tokens)
 };
 
 // splitmix64: a seeded, order-independent coin per document.
@@ -220,49 +220,68 @@ PrepareSummary prepare_shards(const tokenizer::Tokenizer& tok, const PrepareOpti
   const auto eot = tok.eot_id();
   LLMTRAIN_CHECK(eot.has_value(), "prepare_data: the tokenizer has no end-of-text id to separate documents");
 
+  // The output is swapped in whole once complete, so neither a failed run nor an earlier one leaves shards
+  // that do not belong to this set; and it may not lie inside an input folder, whose files are read.
+  std::vector<std::string> inputs = o.inputs;
+  inputs.insert(inputs.end(), o.val_files.begin(), o.val_files.end());
+  const std::string out_abs = fs::absolute(o.out_dir);
+  for (const auto& in : inputs)
+    LLMTRAIN_CHECK(!fs::is_dir(in) || out_abs.rfind(fs::absolute(in) + "/", 0) != 0, "prepare_data: --out ", o.out_dir,
+                   " lies inside the input folder ", in, ", whose files are read as text: write the shards elsewhere");
   PrepareSummary summary;
   DocumentReader reader(o, summary);
-  fs::make_dirs(o.out_dir);
-  ShardSink train(o.out_dir + "/train", o.shard_tokens, tok.vocab_size());
-  ShardSink val(o.out_dir + "/val", o.shard_tokens, tok.vocab_size());
   const int threads = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
-
-  std::vector<Document> batch;
-  int64_t doc_index = 0;
-  while (reader.next(batch)) {
-    std::vector<std::vector<int32_t>> ids(batch.size());
-    std::vector<std::string> errors(batch.size());
-    std::atomic<size_t> next{0};
-    const auto work = [&] {
-      for (size_t i; (i = next.fetch_add(1)) < batch.size();) {
-        try {
-          ids[i] = tok.encode(batch[i].text);
-          ids[i].push_back(*eot);
-        } catch (const std::exception& e) {
-          errors[i] = e.what();
+  fs::write_dir_atomic(o.out_dir, "shards", {"prepare_data: --out", inputs, o.force}, [&](const std::string& tmp) {
+    ShardSink train(tmp, "train", o.shard_tokens, tok.vocab_size());
+    ShardSink val(tmp, "val", o.shard_tokens, tok.vocab_size());
+    std::vector<Document> batch;
+    int64_t doc_index = 0;
+    while (reader.next(batch)) {
+      std::vector<std::vector<int32_t>> ids(batch.size());
+      std::vector<std::string> errors(batch.size());
+      std::atomic<size_t> next{0};
+      const auto work = [&] {
+        for (size_t i; (i = next.fetch_add(1)) < batch.size();) {
+          try {
+            ids[i] = tok.encode(batch[i].text);
+            ids[i].push_back(*eot);
+          } catch (const std::exception& e) {
+            errors[i] = e.what();
+          }
         }
+      };
+      std::vector<std::thread> pool;
+      for (int t = 1; t < std::min<int>(threads, int(batch.size())); ++t) pool.emplace_back(work);
+      work();
+      for (auto& t : pool) t.join();
+      for (size_t i = 0; i < batch.size(); ++i) {
+        LLMTRAIN_CHECK(errors[i].empty(), "prepare_data: ", batch[i].where, ": ", errors[i]);
+        const bool to_val =
+            batch[i].val || (o.val_fraction > 0 && unit_hash(o.seed ^ uint64_t(doc_index)) < o.val_fraction);
+        (to_val ? val : train).add(ids[i]);
+        ++(to_val ? summary.val_documents : summary.train_documents);
+        ++doc_index;
       }
-    };
-    std::vector<std::thread> pool;
-    for (int t = 1; t < std::min<int>(threads, int(batch.size())); ++t) pool.emplace_back(work);
-    work();
-    for (auto& t : pool) t.join();
-    for (size_t i = 0; i < batch.size(); ++i) {
-      LLMTRAIN_CHECK(errors[i].empty(), "prepare_data: ", batch[i].where, ": ", errors[i]);
-      const bool to_val = batch[i].val || (o.val_fraction > 0 && unit_hash(o.seed ^ uint64_t(doc_index)) < o.val_fraction);
-      (to_val ? val : train).add(ids[i]);
-      ++(to_val ? summary.val_documents : summary.train_documents);
-      ++doc_index;
+      if (o.on_progress) o.on_progress(reader.done_bytes(), reader.total_bytes());
     }
-    if (o.on_progress) o.on_progress(reader.done_bytes(), reader.total_bytes());
-  }
-  LLMTRAIN_CHECK(doc_index > 0, "prepare_data: the inputs hold no documents");
-  train.flush();
-  val.flush();
-  summary.train_tokens = train.tokens();
-  summary.val_tokens = val.tokens();
-  summary.train_shards = train.shards();
-  summary.val_shards = val.shards();
+    LLMTRAIN_CHECK(doc_index > 0, "prepare_data: the inputs hold no documents");
+    train.flush();
+    val.flush();
+    json::Json shards = json::Json::array();
+    train.list(shards);
+    val.list(shards);
+    const json::Json manifest = {{"format", kShardSetFormat},
+                                 {"version", 1},
+                                 {"vocab_size", tok.vocab_size()},
+                                 {"eot_id", *eot},
+                                 {"documents", {{"train", summary.train_documents}, {"val", summary.val_documents}}},
+                                 {"shards", shards}};
+    fs::write_file_atomic(tmp + "/" + kShardManifest, manifest.dump(2) + "\n");
+    summary.train_tokens = train.tokens();
+    summary.val_tokens = val.tokens();
+    summary.train_shards = train.shards();
+    summary.val_shards = val.shards();
+  });
   summary.bytes = reader.total_bytes();
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return summary;

@@ -1,7 +1,5 @@
 #include "llmtrain/data/sft.h"
 
-#include <fstream>
-
 #include "jsonl.h"
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/types.h"
@@ -23,13 +21,11 @@ SFTDataset::SFTDataset(const tokenizer::Tokenizer& tok, SFTOptions options) : o_
   LLMTRAIN_CHECK(T > 0, "SFT: seq_len must be positive, got ", T);
   const auto eot = tok.eot_id();
   LLMTRAIN_CHECK(eot.has_value(), "SFT: the tokenizer has no end-of-text id to end examples with");
-  std::ifstream in(o_.path, std::ios::binary);
-  LLMTRAIN_CHECK(in.good(), "SFT: cannot read ", o_.path);
-
+  detail::LineReader in(o_.path, "SFT");
   std::vector<Example> examples;
   std::string line;
-  for (int64_t line_no = 1; std::getline(in, line); ++line_no) {
-    const std::string where = o_.path + ":" + std::to_string(line_no);
+  while (in.next(line)) {
+    const std::string where = o_.path + ":" + std::to_string(in.line_no());
     const auto j = detail::parse_object("SFT", line, where, o_.skip_bad_lines, skipped_lines_);
     if (!j) continue;
     std::vector<int32_t> prompt, completion;

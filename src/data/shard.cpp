@@ -1,16 +1,15 @@
 #include "llmtrain/data/shard.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
+#include <cstdint>
 #include <cstring>
-#include <utility>
+#include <map>
+#include <string>
 
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/fs.h"
+#include "../core/json.h"
 
 namespace llmtrain::data {
 namespace {
@@ -48,74 +47,73 @@ void write_shard(const std::string& path, const std::vector<int32_t>& tokens, in
   fs::write_file_atomic(path, bytes);
 }
 
-Shard::Shard(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  LLMTRAIN_CHECK(fd >= 0, "shard ", path, ": cannot open (", std::strerror(errno), ")");
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || st.st_size < kHeaderBytes) {
-    ::close(fd);
-    LLMTRAIN_CHECK(false, "shard ", path, ": ", int64_t(st.st_size), " bytes, shorter than the ", kHeaderBytes,
-                   "-byte header");
-  }
-  map_bytes_ = size_t(st.st_size);
-  void* m = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_SHARED, fd, 0);
-  ::close(fd);
-  LLMTRAIN_CHECK(m != MAP_FAILED, "shard ", path, ": cannot map (", std::strerror(errno), ")");
-  map_ = static_cast<const unsigned char*>(m);
-  try {
-    int32_t header[3];
-    std::memcpy(header, map_, sizeof header);
-    if (header[0] == kMagicU16) {
-      LLMTRAIN_CHECK(header[1] == kVersionU16, "shard ", path, ": version ", header[1], " with magic ", kMagicU16,
-                     ", expected ", kVersionU16);
-      bytes_per_token_ = 2;
-    } else if (header[0] == kMagicU32) {
-      LLMTRAIN_CHECK(header[1] == kVersionU32, "shard ", path, ": version ", header[1], " with magic ", kMagicU32,
-                     ", expected ", kVersionU32);
-      bytes_per_token_ = 4;
-    } else {
-      LLMTRAIN_CHECK(false, "shard ", path, ": magic ", header[0], " is neither ", kMagicU16, " (uint16 tokens) nor ",
-                     kMagicU32, " (uint32 tokens)");
+void check_shard_set(const std::vector<std::string>& files) {
+  std::map<std::string, std::map<std::string, int64_t>> listed;  // folder -> file -> bytes (only with a manifest)
+  for (const auto& path : files) {
+    const size_t slash = path.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash), name = path.substr(slash + 1);
+    const std::string manifest = dir + "/" + kShardManifest;
+    if (!fs::exists(manifest)) continue;
+    auto it = listed.find(dir);
+    if (it == listed.end()) {
+      const json::Json doc = json::parse_file(manifest, uint64_t(64) << 20);
+      const json::Object m(doc, manifest);
+      LLMTRAIN_CHECK(m.string("format") == kShardSetFormat, manifest, ": format is not \"", kShardSetFormat, "\"");
+      const json::Json& shards = m.at("shards");
+      LLMTRAIN_CHECK(shards.is_array(), manifest, ": shards must be a list, got ", json::excerpt(shards));
+      std::map<std::string, int64_t> entries;
+      for (size_t i = 0; i < shards.size(); ++i) {
+        const json::Object e(shards[i], manifest, "shards[" + std::to_string(i) + "]");
+        entries[e.string("file")] = e.integer("bytes", 0, INT64_MAX);
+      }
+      it = listed.emplace(dir, std::move(entries)).first;
     }
-    num_tokens_ = header[2];
-    const int64_t held = (int64_t(map_bytes_) - kHeaderBytes) / bytes_per_token_;
-    LLMTRAIN_CHECK(num_tokens_ >= 0 && (int64_t(map_bytes_) - kHeaderBytes) % bytes_per_token_ == 0 &&
-                       held == num_tokens_,
-                   "shard ", path, ": header says ", num_tokens_, " tokens, file holds ", held);
-  } catch (...) {
-    ::munmap(const_cast<unsigned char*>(map_), map_bytes_);
-    map_ = nullptr;
-    throw;
+    const auto entry = it->second.find(name);
+    LLMTRAIN_CHECK(entry != it->second.end(), "shard ", path, " is not listed in ", manifest,
+                   ": it is not part of the shard set prepare_data wrote there (a file of another run?)");
+    uint64_t size = 0;
+    ::close(fs::open_regular(path, &size, "shard"));
+    LLMTRAIN_CHECK(int64_t(size) == entry->second, "shard ", path, " holds ", size, " bytes; ", manifest, " says ",
+                   entry->second, " (the file changed since prepare_data wrote it)");
   }
 }
 
-Shard::~Shard() {
-  if (map_) ::munmap(const_cast<unsigned char*>(map_), map_bytes_);
-}
-
-Shard::Shard(Shard&& other) noexcept
-    : path_(std::move(other.path_)),
-      map_(std::exchange(other.map_, nullptr)),
-      map_bytes_(std::exchange(other.map_bytes_, 0)),
-      num_tokens_(other.num_tokens_),
-      bytes_per_token_(other.bytes_per_token_) {}
-
-Shard& Shard::operator=(Shard&& other) noexcept {
-  if (this != &other) {
-    if (map_) ::munmap(const_cast<unsigned char*>(map_), map_bytes_);
-    path_ = std::move(other.path_);
-    map_ = std::exchange(other.map_, nullptr);
-    map_bytes_ = std::exchange(other.map_bytes_, 0);
-    num_tokens_ = other.num_tokens_;
-    bytes_per_token_ = other.bytes_per_token_;
+Shard::Shard(const std::string& path) : path_(path) {
+  file_ = std::make_unique<fs::MappedFile>(path, "shard");
+  const uint64_t size = file_->size();
+  LLMTRAIN_CHECK(size >= uint64_t(kHeaderBytes), "shard ", path, ": ", size, " bytes, shorter than the ", kHeaderBytes,
+                 "-byte header");
+  int32_t header[3];
+  std::memcpy(header, file_->data(), sizeof header);
+  if (header[0] == kMagicU16) {
+    LLMTRAIN_CHECK(header[1] == kVersionU16, "shard ", path, ": version ", header[1], " with magic ", kMagicU16,
+                   ", expected ", kVersionU16);
+    bytes_per_token_ = 2;
+  } else if (header[0] == kMagicU32) {
+    LLMTRAIN_CHECK(header[1] == kVersionU32, "shard ", path, ": version ", header[1], " with magic ", kMagicU32,
+                   ", expected ", kVersionU32);
+    bytes_per_token_ = 4;
+  } else {
+    LLMTRAIN_CHECK(false, "shard ", path, ": magic ", header[0], " is neither ", kMagicU16, " (uint16 tokens) nor ",
+                   kMagicU32, " (uint32 tokens)");
   }
-  return *this;
+  num_tokens_ = header[2];
+  const uint64_t body = size - uint64_t(kHeaderBytes);
+  LLMTRAIN_CHECK(num_tokens_ >= 0 && body % uint64_t(bytes_per_token_) == 0 &&
+                     body / uint64_t(bytes_per_token_) == uint64_t(num_tokens_),
+                 "shard ", path, ": header says ", num_tokens_, " tokens, file holds ", body / uint64_t(bytes_per_token_),
+                 body % uint64_t(bytes_per_token_) ? " and a part of one" : "");
 }
+
+Shard::~Shard() = default;
+Shard::Shard(Shard&&) noexcept = default;
+Shard& Shard::operator=(Shard&&) noexcept = default;
 
 void Shard::read(int64_t start, int64_t count, int64_t* out) const {
-  LLMTRAIN_CHECK(start >= 0 && count >= 0 && start + count <= num_tokens_, "shard ", path_, ": tokens [", start, ", ",
-                 start + count, ") lie outside its ", num_tokens_, " tokens");
-  const unsigned char* base = map_ + kHeaderBytes;
+  LLMTRAIN_CHECK(start >= 0 && count >= 0 && start <= num_tokens_ && count <= num_tokens_ - start, "shard ", path_,
+                 ": tokens [", start, ", ", start >= 0 && count >= 0 && count <= INT64_MAX - start ? std::to_string(start + count) : "beyond 2^63",
+                 ") lie outside its ", num_tokens_, " tokens");
+  const unsigned char* base = file_->data() + kHeaderBytes;
   if (bytes_per_token_ == 2) {
     const auto* t = reinterpret_cast<const uint16_t*>(base) + start;
     for (int64_t i = 0; i < count; ++i) out[i] = t[i];

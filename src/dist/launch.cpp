@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -15,8 +16,9 @@
 namespace llmtrain::dist {
 namespace {
 
-// The variable `name` as an integer; `fallback` when it is unset, an error naming it when malformed.
-long env_long(const char* name, long fallback) {
+// The variable `name` as an integer in [min, max]; `fallback` when it is unset, an error naming it when
+// it is malformed or out of range.
+long env_long(const char* name, long fallback, long min = LONG_MIN, long max = LONG_MAX) {
   const char* v = std::getenv(name);
   if (!v) return fallback;
   char* end = nullptr;
@@ -24,8 +26,11 @@ long env_long(const char* name, long fallback) {
   const long n = std::strtol(v, &end, 10);
   LLMTRAIN_CHECK(*v && *end == 0 && errno == 0, "the environment variable ", name, "=\"", v,
                  "\" is not an integer");
+  LLMTRAIN_CHECK(n >= min && n <= max, "the environment variable ", name, "=", n, " is outside [", min, ", ", max, "]");
   return n;
 }
+
+constexpr long kMaxRanks = 1 << 20;
 
 const char* env_required(const char* name, long world) {
   const char* v = std::getenv(name);
@@ -38,25 +43,27 @@ const char* env_required(const char* name, long world) {
 
 std::chrono::milliseconds timeout() {
   const long s = env_long("LLMTRAIN_DIST_TIMEOUT", 600);
-  LLMTRAIN_CHECK(s > 0, "LLMTRAIN_DIST_TIMEOUT is ", s, ": give the seconds a rank waits for the others, above 0");
+  LLMTRAIN_CHECK(s > 0 && s <= 10'000'000, "LLMTRAIN_DIST_TIMEOUT is ", s,
+                 ": give the seconds a rank waits for the others, in [1, 10000000]");
   return std::chrono::seconds(s);
 }
 
 int local_rank() {
   for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "LOCAL_RANK", "SLURM_LOCALID"})
-    if (std::getenv(name)) return int(env_long(name, 0));
+    if (std::getenv(name)) return int(env_long(name, 0, 0, kMaxRanks - 1));
   return 0;
 }
 
 std::shared_ptr<Communicator> from_environment() {
   const long mpi_size =
-      std::max({env_long("OMPI_COMM_WORLD_SIZE", 0), env_long("PMI_SIZE", 0), env_long("PMIX_SIZE", 0)});
+      std::max({env_long("OMPI_COMM_WORLD_SIZE", 0, 1, kMaxRanks), env_long("PMI_SIZE", 0, 1, kMaxRanks),
+                env_long("PMIX_SIZE", 0, 1, kMaxRanks)});
   if (mpi_size > 1) {
     LLMTRAIN_CHECK(mpi_available(), "this process is one of ", mpi_size, " ranks of an MPI launch, but llmtrain was "
                    "built without MPI (install an MPI, e.g. libopenmpi-dev, and configure again)");
     return MpiCommunicator::world();
   }
-  const long world = env_long("WORLD_SIZE", 1);
+  const long world = env_long("WORLD_SIZE", 1, 1, kMaxRanks);  // 0 or less: a broken launch, not one process
   if (world <= 1) return nullptr;
   static std::mutex mutex;
   static std::shared_ptr<StoreCommunicator> made;  // one rendezvous a process
@@ -65,13 +72,13 @@ std::shared_ptr<Communicator> from_environment() {
   Rendezvous where;
   where.world_size = int(world);
   env_required("RANK", world);
-  where.rank = int(env_long("RANK", -1));
+  where.rank = int(env_long("RANK", -1, 0, world - 1));
   where.host = env_required("MASTER_ADDR", world);
   env_required("MASTER_PORT", world);
-  where.port = int(env_long("MASTER_PORT", 0));
+  where.port = int(env_long("MASTER_PORT", 0, 1, 65535));
   const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
   where.agent_store = agent && std::string(agent) == "True";
-  where.key_prefix = "llmtrain/" + std::to_string(env_long("TORCHELASTIC_RESTART_COUNT", 0)) + "/";
+  where.key_prefix = "llmtrain/" + std::to_string(env_long("TORCHELASTIC_RESTART_COUNT", 0, 0, LONG_MAX)) + "/";
   where.timeout = timeout();
   made = StoreCommunicator::connect(where);
   return made;

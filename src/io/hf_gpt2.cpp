@@ -2,20 +2,19 @@
 // what the files hold beyond them (other than the known buffers and the tied head) is an error too.
 #include "llmtrain/io/hf_gpt2.h"
 
-#include <nlohmann/json.hpp>
-
 #include <map>
 #include <memory>
 #include <set>
 
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/fs.h"
+#include "../core/json.h"
 #include "llmtrain/io/safetensors.h"
 
 namespace llmtrain::io {
 namespace {
 
-using Json = nlohmann::json;
+using Json = json::Json;
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -26,15 +25,6 @@ bool conv1d(const std::string& name) {
   for (const char* s : {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"})
     if (ends_with(name, s)) return true;
   return false;
-}
-
-Json read_json(const std::string& path) {
-  try {
-    return Json::parse(fs::read_file(path));
-  } catch (const Json::exception& e) {
-    LLMTRAIN_CHECK(false, path, ": not valid JSON (", e.what(), ")");
-  }
-  return {};
 }
 
 std::string shape_str(at::IntArrayRef s) {
@@ -54,15 +44,13 @@ struct Weights {
     if (fs::exists(dir + "/model.safetensors")) {
       paths.push_back(dir + "/model.safetensors");
     } else {
-      const Json j = read_json(index);
-      LLMTRAIN_CHECK(j.contains("weight_map") && j["weight_map"].is_object(), index, ": no weight_map object");
+      const Json j = json::parse_file(index, uint64_t(256) << 20);
+      const json::Object map = json::Object(j, index).object("weight_map");
       std::set<std::string> shards;
-      for (const auto& [name, shard] : j["weight_map"].items()) {
-        LLMTRAIN_CHECK(shard.is_string(), index, ": weight_map[", name, "] is not a file name");
-        shards.insert(shard.get<std::string>());
-      }
+      for (const auto& [name, shard] : map.value().items()) shards.insert(map.string(name));
       for (const auto& s : shards) {
-        LLMTRAIN_CHECK(s.find('/') == std::string::npos, index, ": shard ", s, " is not a file in the folder");
+        LLMTRAIN_CHECK(!s.empty() && s.find('/') == std::string::npos && s != "." && s != "..", index, ": shard \"", s,
+                       "\" is not a file name in the folder");
         LLMTRAIN_CHECK(fs::exists(dir + "/" + s), index, " names shard ", s, ", which ", dir, " does not hold");
         paths.push_back(dir + "/" + s);
       }
@@ -90,78 +78,80 @@ bool is_hf_dir(const std::string& dir) {
 nn::GPT2Config hf_gpt2_config(const std::string& dir) {
   const std::string path = dir + "/config.json";
   LLMTRAIN_CHECK(fs::exists(path), "Hugging Face folder ", dir, ": no config.json");
-  const Json j = read_json(path);
-  LLMTRAIN_CHECK(j.is_object(), path, ": expected a JSON object");
-  const std::string type = j.value("model_type", "");
+  const Json j = json::parse_file(path, uint64_t(16) << 20);
+  const json::Object c(j, path);
+  const std::string type = c.has("model_type") ? c.string("model_type") : "";
   LLMTRAIN_CHECK(type == "gpt2", path, ": model_type ", type.empty() ? "(missing)" : type,
                  " is not supported (only gpt2)");
-  const auto integer = [&](const char* key) {
-    LLMTRAIN_CHECK(j.contains(key) && j[key].is_number_integer() && j[key].get<int64_t>() > 0, path, ": ", key,
-                   " must be a positive integer, got ", j.contains(key) ? j[key].dump() : "nothing");
-    return j[key].get<int64_t>();
-  };
+  const auto size = [&](const char* key, int64_t max) { return c.integer(key, 1, max); };
   nn::GPT2Config cfg;
-  cfg.vocab_size(integer("vocab_size"))
-      .block_size(integer("n_positions"))
-      .n_layer(integer("n_layer"))
-      .n_head(integer("n_head"))
-      .n_embd(integer("n_embd"))
+  cfg.vocab_size(size("vocab_size", nn::GPT2Config::kMaxVocab))
+      .block_size(size("n_positions", nn::GPT2Config::kMaxBlock))
+      .n_layer(size("n_layer", nn::GPT2Config::kMaxLayers))
+      .n_head(size("n_head", nn::GPT2Config::kMaxEmbd))
+      .n_embd(size("n_embd", nn::GPT2Config::kMaxEmbd))
       .dropout(0.0);
-  if (j.contains("layer_norm_epsilon")) {
-    LLMTRAIN_CHECK(j["layer_norm_epsilon"].is_number(), path, ": layer_norm_epsilon must be a number");
-    cfg.layer_norm_eps(j["layer_norm_epsilon"].get<double>());
-  }
-  const std::string act = j.value("activation_function", "gelu_new");
+  if (c.has("layer_norm_epsilon")) cfg.layer_norm_eps(c.number("layer_norm_epsilon", 1e-30, 0.5));
+  const std::string act = c.has("activation_function") ? c.string("activation_function") : "gelu_new";
   LLMTRAIN_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh", path, ": activation_function ", act,
                  " is not supported (GPT-2's gelu_new, the tanh approximation)");
-  if (j.contains("n_inner") && !j["n_inner"].is_null())
-    LLMTRAIN_CHECK(j["n_inner"].is_number_integer() && j["n_inner"].get<int64_t>() == 4 * cfg.n_embd(), path,
-                   ": n_inner ", j["n_inner"].dump(), " is not supported (4 * n_embd = ", 4 * cfg.n_embd(), ")");
-  LLMTRAIN_CHECK(j.value("tie_word_embeddings", true), path, ": tie_word_embeddings false is not supported (llmtrain ",
-                 "ties the head to wte)");
-  cfg.validate();
+  if (c.has("n_inner") && !c.at("n_inner").is_null())
+    LLMTRAIN_CHECK(c.integer("n_inner", 1, INT64_MAX) == 4 * cfg.n_embd(), path, ": n_inner ",
+                   json::excerpt(c.at("n_inner")), " is not supported (4 * n_embd = ", 4 * cfg.n_embd(), ")");
+  LLMTRAIN_CHECK(!c.has("tie_word_embeddings") || c.boolean("tie_word_embeddings"), path,
+                 ": tie_word_embeddings false is not supported (llmtrain ties the head to wte)");
+  try {
+    cfg.validate();
+  } catch (const llmtrain::Error& e) {
+    LLMTRAIN_CHECK(false, path, ": ", e.what());
+  }
   return cfg;
 }
 
 nn::GPT2 load_hf_gpt2(const std::string& dir) {
   const nn::GPT2Config cfg = hf_gpt2_config(dir);
-  nn::GPT2 model(cfg);
   Weights w(dir);
-  torch::NoGradGuard no_grad;
-  std::set<std::string> used;
-  for (auto& p : model->named_parameters()) {
-    const std::string& name = p.key();
+  // config.json's shape decides what is allocated: every tensor is found and checked first.
+  for (auto [name, shape] : cfg.parameter_shapes()) {
     const auto it = w.by_name.find(name);
     LLMTRAIN_CHECK(it != w.by_name.end(), "Hugging Face folder ", dir, ": no tensor ", name, " (nor without its ",
                    "transformer. prefix)");
     const auto& [file, key] = it->second;
+    if (name == "transformer.wte.weight") shape[0] = cfg.vocab_size();  // padded inside llmtrain, not in the file
+    if (conv1d(name)) std::swap(shape[0], shape[1]);
+    const auto have = file->shape(key);
+    LLMTRAIN_CHECK(have == shape, "tensor ", key, " in ", file->path(), " has shape ", shape_str(have),
+                   "; config.json's model needs ", shape_str(shape));
+  }
+  std::set<std::string> used;
+  for (const auto& [name, shape] : cfg.parameter_shapes()) used.insert(name);
+  for (const auto& [name, where] : w.by_name)
+    LLMTRAIN_CHECK(used.count(name) || name == "lm_head.weight" || ends_with(name, ".attn.bias") ||
+                       ends_with(name, ".attn.masked_bias"),
+                   "tensor ", where.second, " in ", where.first->path(), " is not part of GPT-2");
+  nn::GPT2 model(cfg);
+  torch::NoGradGuard no_grad;
+  for (auto& p : model->named_parameters()) {
+    const auto& [file, key] = w.by_name.at(p.key());
     torch::Tensor t = file->get(key);
-    if (conv1d(name) && t.dim() == 2) t = t.t();
+    if (conv1d(p.key())) t = t.t();
     torch::Tensor dst = p.value();
-    if (name == "transformer.wte.weight") {
+    if (p.key() == "transformer.wte.weight") {
       dst = dst.narrow(0, 0, cfg.vocab_size());
       p.value().narrow(0, cfg.vocab_size(), cfg.padded_vocab_size() - cfg.vocab_size()).zero_();
     }
-    LLMTRAIN_CHECK(t.sizes() == dst.sizes(), "tensor ", key, " in ", file->path(), " has shape ", shape_str(t.sizes()),
-                   conv1d(name) ? " (as (out, in))" : "", "; config.json's model needs ", shape_str(dst.sizes()));
     dst.copy_(t);
-    used.insert(name);
   }
-  for (const auto& [name, where] : w.by_name) {
-    if (used.count(name) || ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias")) continue;
-    if (name == "lm_head.weight") {
-      const torch::Tensor head = where.first->get(where.second).to(torch::kFloat);
-      const torch::Tensor wte = model->transformer->wte->weight.narrow(0, 0, cfg.vocab_size());
-      LLMTRAIN_CHECK(head.sizes() == wte.sizes() && torch::equal(head, wte), "tensor lm_head.weight in ",
-                     where.first->path(), " differs from transformer.wte.weight; llmtrain ties the head to wte");
-      continue;
-    }
-    LLMTRAIN_CHECK(false, "tensor ", where.second, " in ", where.first->path(), " is not part of GPT-2");
+  if (const auto head = w.by_name.find("lm_head.weight"); head != w.by_name.end()) {
+    const torch::Tensor t = head->second.first->get(head->second.second).to(torch::kFloat);
+    const torch::Tensor wte = model->transformer->wte->weight.narrow(0, 0, cfg.vocab_size());
+    LLMTRAIN_CHECK(t.sizes() == wte.sizes() && torch::equal(t, wte), "tensor lm_head.weight in ",
+                   head->second.first->path(), " differs from transformer.wte.weight; llmtrain ties the head to wte");
   }
   return model;
 }
 
-void save_hf_gpt2(nn::GPT2& model, const std::string& dir) {
+void save_hf_gpt2(nn::GPT2& model, const std::string& dir, const fs::OutputOptions& options) {
   const nn::GPT2Config& cfg = model->cfg;
   const int64_t V = cfg.vocab_size();
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
@@ -194,7 +184,7 @@ void save_hf_gpt2(nn::GPT2& model, const std::string& dir) {
                        {"tie_word_embeddings", true},
                        {"torch_dtype", dtype == torch::kBFloat16 ? "bfloat16" : dtype == torch::kHalf ? "float16"
                                                                                                         : "float32"}};
-  fs::write_dir_atomic(dir, [&](const std::string& tmp) {
+  fs::write_dir_atomic(dir, "hf-gpt2", options, [&](const std::string& tmp) {
     save_safetensors(tmp + "/model.safetensors", tensors, {{"format", "pt"}});
     fs::write_file_atomic(tmp + "/config.json", config.dump(2) + "\n");
   });

@@ -20,8 +20,7 @@
 namespace llmtrain::nn {
 namespace {
 
-constexpr double kInitStd = 0.02;        // GPT-2's initializer_range
-constexpr int64_t kVocabMultiple = 128;  // padded vocab keeps the classifier GEMM aligned
+constexpr double kInitStd = 0.02;  // GPT-2's initializer_range
 
 // The weight is drawn by GPT2Transformer::reset, with the model's other weights, in llm.c's order.
 torch::nn::Linear make_linear(int64_t in, int64_t out) {
@@ -49,45 +48,6 @@ torch::Tensor maybe_dropout(const torch::Tensor& x, double p, bool training) {
 }
 
 }  // namespace
-
-// ---- GPT2Config ---------------------------------------------------------------------------------
-
-GPT2Config GPT2Config::preset(const std::string& name) {
-  const auto make = [](int64_t layers, int64_t heads, int64_t width) {
-    return GPT2Config().n_layer(layers).n_head(heads).n_embd(width);
-  };
-  if (name == "tiny") return make(2, 4, 64).block_size(128);
-  if (name == "gpt2") return make(12, 12, 768);
-  if (name == "gpt2-medium") return make(24, 16, 1024);
-  if (name == "gpt2-large") return make(36, 20, 1280);
-  if (name == "gpt2-xl") return make(48, 25, 1600);
-  std::string names;
-  for (const auto& n : preset_names()) names += (names.empty() ? "" : ", ") + n;
-  LLMTRAIN_CHECK(false, "GPT2Config: unknown preset \"", name, "\"; expected one of ", names);
-  return {};
-}
-
-std::vector<std::string> GPT2Config::preset_names() {
-  return {"tiny", "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"};
-}
-
-int64_t GPT2Config::padded_vocab_size() const {
-  return (vocab_size() + kVocabMultiple - 1) / kVocabMultiple * kVocabMultiple;
-}
-
-void GPT2Config::validate() const {
-  LLMTRAIN_CHECK(vocab_size() > 0, "GPT2Config: vocab_size must be positive, got ", vocab_size());
-  LLMTRAIN_CHECK(block_size() > 0, "GPT2Config: block_size must be positive, got ", block_size());
-  LLMTRAIN_CHECK(n_layer() > 0, "GPT2Config: n_layer must be positive, got ", n_layer());
-  LLMTRAIN_CHECK(n_head() > 0, "GPT2Config: n_head must be positive, got ", n_head());
-  LLMTRAIN_CHECK(n_embd() > 0, "GPT2Config: n_embd must be positive, got ", n_embd());
-  LLMTRAIN_CHECK(n_embd() % n_head() == 0, "GPT2Config: n_embd ", n_embd(),
-                 " is not divisible by n_head ", n_head());
-  LLMTRAIN_CHECK(dropout() >= 0.0 && dropout() < 1.0, "GPT2Config: dropout must be in [0, 1), got ",
-                 dropout());
-  LLMTRAIN_CHECK(layer_norm_eps() > 0.0, "GPT2Config: layer_norm_eps must be positive, got ",
-                 layer_norm_eps());
-}
 
 // ---- CausalSelfAttention ------------------------------------------------------------------------
 

@@ -10,15 +10,6 @@
 
 namespace llmtrain::optim {
 
-Precision parse_precision(const std::string& name) {
-  if (name == "fp32") return Precision::kFP32;
-  if (name == "bf16") return Precision::kBF16;
-  if (name == "fp16") return Precision::kFP16;
-  if (name == "bf16-master") return Precision::kBF16Master;
-  LLMTRAIN_CHECK(false, "precision \"", name, "\" is not one of fp32, bf16, fp16, bf16-master");
-  return Precision::kFP32;
-}
-
 // ---- GradScaler ---------------------------------------------------------------------------------
 
 GradScaler::GradScaler(GradScalerOptions options) : o_(options), scale_(options.init_scale) {

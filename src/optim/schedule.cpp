@@ -1,3 +1,4 @@
+#include "llmtrain/optim/options.h"
 #include "llmtrain/optim/schedule.h"
 
 #include <algorithm>
@@ -6,6 +7,15 @@
 #include "llmtrain/core/error.h"
 
 namespace llmtrain::optim {
+
+Precision parse_precision(const std::string& name) {
+  if (name == "fp32") return Precision::kFP32;
+  if (name == "bf16") return Precision::kBF16;
+  if (name == "fp16") return Precision::kFP16;
+  if (name == "bf16-master") return Precision::kBF16Master;
+  LLMTRAIN_CHECK(false, "precision \"", name, "\" is not one of fp32, bf16, fp16, bf16-master");
+  return Precision::kFP32;
+}
 
 ScheduleKind parse_schedule(const std::string& name) {
   if (name == "constant") return ScheduleKind::kConstant;

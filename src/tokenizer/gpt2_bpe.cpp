@@ -7,15 +7,17 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
-#include <nlohmann/json.hpp>
-
+#include <algorithm>
 #include <array>
+#include <climits>
+#include <functional>
 #include <limits>
 #include <sstream>
 #include <unordered_map>
 
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/fs.h"
+#include "../core/json.h"
 #include "pieces.h"
 
 namespace llmtrain::tokenizer {
@@ -78,7 +80,7 @@ std::string token_bytes(const std::string& token, const std::array<int, 324>& to
     int len = 1;
     if (cp >= 0xC0 && cp < 0xE0 && i + 1 < token.size()) { cp = ((cp & 0x1F) << 6) | (p[i + 1] & 0x3F); len = 2; }
     LLMTRAIN_CHECK(cp < to_byte.size() && to_byte[cp] >= 0 && (len == 2 || cp < 0x80 || cp >= 0xA0),
-                   file, ": token \"", token, "\" holds a character that stands for no byte");
+                   file, ": token ", json::excerpt(token), " holds a character that stands for no byte");
     out.push_back(static_cast<char>(to_byte[cp]));
     i += len;
   }
@@ -130,6 +132,10 @@ class PairTable {
 
 }  // namespace
 
+// Pieces up to this many bytes are merged by scanning (fast for the words of text), longer ones through
+// a heap (O(n log n), for a word without spaces of any length).
+constexpr size_t kShortPiece = 64;
+
 struct GPT2BPE::Impl {
   std::vector<std::string> bytes_of;                     // id -> bytes
   std::unordered_map<std::string_view, int32_t> id_of;  // bytes -> id (views into bytes_of)
@@ -140,16 +146,18 @@ struct GPT2BPE::Impl {
 
   ~Impl() { pcre2_code_free(re); }
 
-  // Appends the ids of one pre-tokenised piece.
+  // Appends the ids of one pre-tokenised piece: its bytes, merged pairwise, lowest-ranked pair first
+  // (the leftmost of equal ones), until no ranked pair is left.
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
     if (const auto it = id_of.find(piece); it != id_of.end()) {
       out.push_back(it->second);
       return;
     }
+    if (piece.size() > kShortPiece) return encode_long_piece(piece, out);
     std::vector<int32_t> parts;
     parts.reserve(piece.size());
     for (unsigned char c : piece) parts.push_back(byte_id[c]);
-    while (parts.size() > 1) {
+    while (parts.size() > 1) {  // a scan per merge: quadratic, and fastest for the short pieces of text
       int32_t best_rank = std::numeric_limits<int32_t>::max(), best_merged = -1;
       size_t best = 0;
       for (size_t i = 0; i + 1 < parts.size(); ++i) {
@@ -166,6 +174,49 @@ struct GPT2BPE::Impl {
       parts.erase(parts.begin() + static_cast<std::ptrdiff_t>(best) + 1);
     }
     out.insert(out.end(), parts.begin(), parts.end());
+  }
+
+  // The same merges in O(n log n) for long pieces (a word of a megabyte): the parts form a linked list,
+  // and a min-heap holds every adjacent pair that merges, by (rank, position); an entry whose parts
+  // have changed since it was pushed is skipped when it comes up.
+  void encode_long_piece(std::string_view piece, std::vector<int32_t>& out) const {
+    const int32_t n = int32_t(piece.size());  // pieces are at most the input (int32: < 2 GB, checked by encode)
+    std::vector<int32_t> id(piece.size()), next(piece.size()), prev(piece.size());
+    for (int32_t i = 0; i < n; ++i) {
+      id[size_t(i)] = byte_id[static_cast<unsigned char>(piece[size_t(i)])];
+      next[size_t(i)] = i + 1 < n ? i + 1 : -1;
+      prev[size_t(i)] = i - 1;
+    }
+    struct Candidate {
+      int32_t rank, pos, left, right, merged;  // the pair (left, right) at pos and its neighbour
+      bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+    };
+    std::vector<Candidate> heap;
+    const auto push = [&](int32_t i) {
+      const int32_t j = next[size_t(i)];
+      int32_t merged;
+      if (j < 0) return;
+      if (const int32_t rank = pairs.find(id[size_t(i)], id[size_t(j)], &merged); rank >= 0) {
+        heap.push_back({rank, i, id[size_t(i)], id[size_t(j)], merged});
+        std::push_heap(heap.begin(), heap.end(), std::greater<>());
+      }
+    };
+    for (int32_t i = 0; i + 1 < n; ++i) push(i);
+    std::vector<bool> gone(size_t(n), false);
+    while (!heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+      const Candidate c = heap.back();
+      heap.pop_back();
+      const int32_t i = c.pos, j = next[size_t(i)];
+      if (gone[size_t(i)] || j < 0 || id[size_t(i)] != c.left || id[size_t(j)] != c.right) continue;  // stale
+      id[size_t(i)] = c.merged;  // i absorbs j
+      gone[size_t(j)] = true;
+      next[size_t(i)] = next[size_t(j)];
+      if (next[size_t(j)] >= 0) prev[size_t(next[size_t(j)])] = i;
+      if (prev[size_t(i)] >= 0) push(prev[size_t(i)]);
+      push(i);
+    }
+    for (int32_t i = 0; i >= 0; i = next[size_t(i)]) out.push_back(id[size_t(i)]);
   }
 
   // Appends the ids of text with no special tokens in it; `text` is valid UTF-8.
@@ -204,20 +255,15 @@ GPT2BPE::GPT2BPE(const std::string& vocab_json_path, const std::string& merges_p
   Impl& d = *impl_;
   const auto to_byte = unicode_to_byte();
 
-  nlohmann::json vocab;
-  try {
-    vocab = nlohmann::json::parse(fs::read_file(vocab_json_path));
-  } catch (const nlohmann::json::exception& e) {
-    LLMTRAIN_CHECK(false, vocab_json_path, ": not a JSON object of token -> id (", e.what(), ")");
-  }
+  const json::Json vocab = json::parse_file(vocab_json_path, uint64_t(256) << 20);
   LLMTRAIN_CHECK(vocab.is_object() && !vocab.empty(), vocab_json_path, ": expected a JSON object of token -> id");
   d.bytes_of.resize(vocab.size());
   std::vector<bool> seen(vocab.size(), false);
   for (const auto& [token, id_json] : vocab.items()) {
-    LLMTRAIN_CHECK(id_json.is_number_integer(), vocab_json_path, ": id of \"", token, "\" is not an integer");
+    LLMTRAIN_CHECK(id_json.is_number_integer(), vocab_json_path, ": id of ", json::excerpt(token), " is not an integer");
     const int64_t id = id_json.get<int64_t>();
-    LLMTRAIN_CHECK(id >= 0 && id < int64_t(vocab.size()) && !seen[id], vocab_json_path, ": id ", id, " of \"",
-                   token, "\" is repeated or outside [0, ", vocab.size(), ")");
+    LLMTRAIN_CHECK(id >= 0 && id < int64_t(vocab.size()) && !seen[id], vocab_json_path, ": id ", id, " of ",
+                   json::excerpt(token), " is repeated or outside [0, ", vocab.size(), ")");
     seen[id] = true;
     d.bytes_of[id] = token == kEndOfText ? token : token_bytes(token, to_byte, vocab_json_path);
     if (token == kEndOfText) d.eot = static_cast<int32_t>(id);
@@ -232,7 +278,7 @@ GPT2BPE::GPT2BPE(const std::string& vocab_json_path, const std::string& merges_p
     d.byte_id[b] = it->second;
   }
 
-  std::istringstream merges(fs::read_file(merges_path));
+  std::istringstream merges(fs::read_file(merges_path, uint64_t(256) << 20));
   std::string line;
   std::vector<std::array<int32_t, 3>> rules;  // (left, right, merged)
   for (int64_t line_no = 1; std::getline(merges, line); ++line_no) {
@@ -240,12 +286,12 @@ GPT2BPE::GPT2BPE(const std::string& vocab_json_path, const std::string& merges_p
     if (line.empty() || (line_no == 1 && line.rfind("#version", 0) == 0)) continue;
     const size_t space = line.find(' ');
     LLMTRAIN_CHECK(space != std::string::npos && line.find(' ', space + 1) == std::string::npos, merges_path,
-                   ":", line_no, ": expected two tokens separated by one space, got \"", line, "\"");
+                   ":", line_no, ": expected two tokens separated by one space, got ", json::excerpt(line));
     const std::string left = token_bytes(line.substr(0, space), to_byte, merges_path);
     const std::string right = token_bytes(line.substr(space + 1), to_byte, merges_path);
     const auto l = d.id_of.find(left), r = d.id_of.find(right), m = d.id_of.find(left + right);
     LLMTRAIN_CHECK(l != d.id_of.end() && r != d.id_of.end() && m != d.id_of.end(), merges_path, ":", line_no,
-                   ": merge \"", line, "\" uses or makes a token missing from ", vocab_json_path);
+                   ": merge ", json::excerpt(line), " uses or makes a token missing from ", vocab_json_path);
     rules.push_back({l->second, r->second, m->second});
   }
   LLMTRAIN_CHECK(!rules.empty(), merges_path, ": no merges");
@@ -276,6 +322,8 @@ std::unique_ptr<GPT2BPE> GPT2BPE::from_dir(const std::string& dir) {
 std::vector<int32_t> GPT2BPE::encode(std::string_view text, bool allow_special) const {
   const size_t bad = invalid_utf8_at(text);
   LLMTRAIN_CHECK(bad == std::string_view::npos, "GPT2BPE::encode: text is not valid UTF-8 at byte ", bad);
+  LLMTRAIN_CHECK(text.size() < size_t(INT32_MAX), "GPT2BPE::encode: ", text.size(),
+                 " bytes in one call, more than 2 GB: encode the text in pieces");
   std::vector<int32_t> out;
   out.reserve(text.size() / 4 + 1);
   if (!allow_special || !impl_->eot) {

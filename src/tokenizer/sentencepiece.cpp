@@ -1,38 +1,112 @@
+// SentencePiece through sp_module.h's table: libsentencepiece lives in a module of its own, opened
+// with RTLD_DEEPBIND on first use (see sp_module.h for why), or linked in where LibTorch is not
+// (LLMTRAIN_SENTENCEPIECE_LINKED, the fuzzers).
 #include "llmtrain/tokenizer/sentencepiece.h"
 
-#include <sentencepiece_processor.h>
-#include <sentencepiece_trainer.h>
+#include <dlfcn.h>
+#include <unistd.h>
 
-#include <unordered_map>
+#include <mutex>
 
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/fs.h"
 #include "pieces.h"
+#include "sp_module.h"
 
 namespace llmtrain::tokenizer {
+namespace detail {
+
+const SpApi& sp_api() {
+#ifdef LLMTRAIN_SENTENCEPIECE_LINKED
+  return *llmtrain_sentencepiece_api();
+#else
+  static std::once_flag once;
+  static const SpApi* api = nullptr;
+  static std::string error;
+  std::call_once(once, [] {
+    // The module lies beside the library that holds this function (build/lib, or the install's lib).
+    Dl_info self{};
+    std::string path = "libllmtrain_sentencepiece.so";
+    if (::dladdr(reinterpret_cast<void*>(&sp_api), &self) && self.dli_fname) {
+      const std::string lib = self.dli_fname;
+      const size_t slash = lib.rfind('/');
+      if (slash != std::string::npos) path = lib.substr(0, slash + 1) + path;
+    }
+    void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    if (!handle) {
+      error = std::string("cannot open ") + path + ": " + ::dlerror();
+      return;
+    }
+    const auto entry = reinterpret_cast<const SpApi* (*)()>(::dlsym(handle, "llmtrain_sentencepiece_api"));
+    if (!entry || entry()->version != kSpApiVersion) {
+      error = path + " is not the SentencePiece module of this llmtrain build (rebuild it)";
+      return;
+    }
+    api = entry();
+  });
+  LLMTRAIN_CHECK(api != nullptr, "SentencePiece: ", error);
+  return *api;
+#endif
+}
+
+}  // namespace detail
+
+namespace {
+
+// The most a .model file may hold: Llama's is 0.5 MB, the largest published ones a few MB.
+constexpr uint64_t kMaxModelBytes = uint64_t(256) << 20;
+
+// A byte-fallback piece's byte: "<0xE2>" -> 0xE2; -1 when the text is not of that form.
+int byte_of_piece(const std::string& piece) {
+  if (piece.size() != 6 || piece.compare(0, 3, "<0x") != 0 || piece[5] != '>') return -1;
+  int value = 0;
+  for (const char c : piece.substr(3, 2)) {
+    const int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (digit < 0) return -1;
+    value = value * 16 + digit;
+  }
+  return value;
+}
+
+}  // namespace
 
 struct SentencePiece::Impl {
-  sentencepiece::SentencePieceProcessor sp;
+  const detail::SpApi* api = nullptr;
+  void* model = nullptr;
   std::vector<std::string> bytes_of;  // id -> the bytes it decodes to ("" for control pieces)
   bool dummy_prefix = false;          // the model prepends a space to every text it encodes
   std::optional<int32_t> eos;
+  std::string eos_text;               // the end-of-sequence piece's text, for allow_special
+  ~Impl() {
+    if (model) api->free(model);
+  }
 };
 
-SentencePiece::SentencePiece(const std::string& model_path) : impl_(std::make_unique<Impl>()) {
-  LLMTRAIN_CHECK(fs::exists(model_path), "SentencePiece model ", model_path, " does not exist");
-  const auto status = impl_->sp.Load(model_path);
-  LLMTRAIN_CHECK(status.ok(), "SentencePiece model ", model_path, " could not be loaded: ", status.ToString());
-  auto& sp = impl_->sp;
-  const int n = sp.GetPieceSize();
-  impl_->bytes_of.resize(n);
+SentencePiece::SentencePiece(const std::string& model_path)
+    : SentencePiece(model_path, fs::read_file(model_path, kMaxModelBytes, "SentencePiece model")) {}
+
+SentencePiece::SentencePiece(const std::string& name, const std::string& model_bytes) : impl_(std::make_unique<Impl>()) {
+  Impl& d = *impl_;
+  d.api = &detail::sp_api();
+  std::string error;
+  d.model = d.api->load(model_bytes.data(), model_bytes.size(), &error);
+  LLMTRAIN_CHECK(d.model != nullptr, "SentencePiece model ", name, " could not be loaded: ", error);
+  const int n = d.api->piece_count(d.model);
+  LLMTRAIN_CHECK(n > 0, "SentencePiece model ", name, " has no pieces");
+  d.bytes_of.resize(size_t(n));
+  std::string piece;
   for (int id = 0; id < n; ++id) {
-    if (sp.IsControl(id)) continue;
-    std::string piece = sp.IdToPiece(id);
-    if (sp.IsByte(id)) {  // "<0xE2>"
-      impl_->bytes_of[id] = std::string(1, static_cast<char>(std::stoi(piece.substr(3, 2), nullptr, 16)));
+    const auto kind = d.api->piece_kind(d.model, id);
+    if (kind == detail::SpPieceKind::kControl) continue;
+    d.api->piece(d.model, id, &piece);
+    if (kind == detail::SpPieceKind::kByte) {
+      const int byte = byte_of_piece(piece);
+      LLMTRAIN_CHECK(byte >= 0, "SentencePiece model ", name, ": byte piece ", id, " is \"", piece,
+                     "\", expected <0xHH>");
+      d.bytes_of[size_t(id)] = std::string(1, static_cast<char>(byte));
       continue;
     }
-    if (sp.IsUnknown(id)) piece = " \xE2\x81\x87 ";  // what SentencePiece prints for <unk>
+    if (kind == detail::SpPieceKind::kUnknown) piece = " \xE2\x81\x87 ";  // what SentencePiece prints for <unk>
     std::string text;
     for (size_t i = 0; i < piece.size();) {  // "▁" (U+2581) stands for a space
       if (piece.compare(i, 3, "\xE2\x96\x81") == 0) {
@@ -42,12 +116,15 @@ SentencePiece::SentencePiece(const std::string& model_path) : impl_(std::make_un
         text += piece[i++];
       }
     }
-    impl_->bytes_of[id] = text;
+    d.bytes_of[size_t(id)] = text;
   }
   std::vector<int> probe;
-  sp.Encode("a", &probe);
-  impl_->dummy_prefix = !probe.empty() && !impl_->bytes_of[probe[0]].empty() && impl_->bytes_of[probe[0]][0] == ' ';
-  if (sp.eos_id() >= 0) impl_->eos = sp.eos_id();
+  if (d.api->encode(d.model, "a", 1, &probe, &error) && !probe.empty() && probe[0] >= 0 && probe[0] < n)
+    d.dummy_prefix = !d.bytes_of[size_t(probe[0])].empty() && d.bytes_of[size_t(probe[0])][0] == ' ';
+  if (const int eos = d.api->eos_id(d.model); eos >= 0 && eos < n) {
+    d.eos = eos;
+    d.api->piece(d.model, eos, &d.eos_text);
+  }
 }
 
 SentencePiece::~SentencePiece() = default;
@@ -56,12 +133,13 @@ std::vector<int32_t> SentencePiece::encode(std::string_view text, bool allow_spe
   std::vector<int32_t> out;
   const auto plain = [&](std::string_view part, std::vector<int32_t>& o) {
     std::vector<int> ids;
-    const auto status = impl_->sp.Encode(part, &ids);
-    LLMTRAIN_CHECK(status.ok(), "SentencePiece::encode: ", status.ToString());
+    std::string error;
+    LLMTRAIN_CHECK(impl_->api->encode(impl_->model, part.data(), part.size(), &ids, &error),
+                   "SentencePiece::encode: ", error);
     o.insert(o.end(), ids.begin(), ids.end());
   };
-  if (allow_special && impl_->eos)
-    detail::encode_with_special(text, impl_->sp.IdToPiece(*impl_->eos), *impl_->eos, plain, out);
+  if (allow_special && impl_->eos && !impl_->eos_text.empty())
+    detail::encode_with_special(text, impl_->eos_text, *impl_->eos, plain, out);
   else
     plain(text, out);
   return out;
@@ -79,22 +157,38 @@ std::optional<int32_t> SentencePiece::eot_id() const { return impl_->eos; }
 
 void train_sentencepiece(const SentencePieceTrainOptions& o) {
   LLMTRAIN_CHECK(!o.inputs.empty(), "train_sentencepiece: no input files");
-  for (const auto& in : o.inputs) LLMTRAIN_CHECK(fs::exists(in), "train_sentencepiece: input ", in, " does not exist");
+  for (const auto& in : o.inputs) {
+    uint64_t size = 0;
+    ::close(fs::open_regular(in, &size, "train_sentencepiece: input"));
+  }
   LLMTRAIN_CHECK(!o.model_prefix.empty(), "train_sentencepiece: model_prefix is empty");
   LLMTRAIN_CHECK(o.model_type == "bpe" || o.model_type == "unigram", "train_sentencepiece: model_type \"",
                  o.model_type, "\" is neither bpe nor unigram");
-  LLMTRAIN_CHECK(o.vocab_size >= 16, "train_sentencepiece: vocab_size ", o.vocab_size, " is below 16");
-  if (const size_t slash = o.model_prefix.rfind('/'); slash != std::string::npos && slash > 0)
-    fs::make_dirs(o.model_prefix.substr(0, slash));  // SentencePiece writes there but does not create it
+  LLMTRAIN_CHECK(o.vocab_size >= 16 && o.vocab_size <= (int64_t(1) << 24), "train_sentencepiece: vocab_size ",
+                 o.vocab_size, " is outside [16, 2^24]");
+  LLMTRAIN_CHECK(o.max_sentences >= 0, "train_sentencepiece: max_sentences ", o.max_sentences, " is negative");
+  LLMTRAIN_CHECK(o.max_line_bytes >= 1 && o.max_line_bytes <= (int64_t(1) << 30), "train_sentencepiece: max_line_bytes ",
+                 o.max_line_bytes, " is outside [1, 2^30]");
+  LLMTRAIN_CHECK(o.character_coverage > 0 && o.character_coverage <= 1, "train_sentencepiece: character_coverage ",
+                 o.character_coverage, " is outside (0, 1]");
   std::string inputs;
   for (const auto& in : o.inputs) {
     LLMTRAIN_CHECK(in.find(',') == std::string::npos, "train_sentencepiece: input ", in,
                    " has a comma in its name, which SentencePiece reads as a list separator");
     inputs += (inputs.empty() ? "" : ",") + in;
   }
-  std::unordered_map<std::string, std::string> args = {
+  for (const char* ext : {".model", ".vocab"})
+    LLMTRAIN_CHECK(o.force || !fs::exists(o.model_prefix + ext), "train_sentencepiece: ", o.model_prefix, ext,
+                   " exists: choose another prefix, or pass --force to replace it");
+  // SentencePiece writes <prefix>.model and .vocab itself, in place: it writes them into a temporary
+  // folder, from which each is written beside its output and renamed over it, the model last.
+  const size_t slash = o.model_prefix.rfind('/');
+  if (slash != std::string::npos && slash > 0) fs::make_dirs(o.model_prefix.substr(0, slash));
+  const std::string tmp = fs::make_temp_dir("llmtrain_sp_");
+  const std::string tmp_prefix = tmp + "/sp";
+  std::vector<std::pair<std::string, std::string>> args = {
       {"input", inputs},
-      {"model_prefix", o.model_prefix},
+      {"model_prefix", tmp_prefix},
       {"model_type", o.model_type},
       {"vocab_size", std::to_string(o.vocab_size)},
       {"character_coverage", std::to_string(o.character_coverage)},
@@ -102,14 +196,23 @@ void train_sentencepiece(const SentencePieceTrainOptions& o) {
       {"max_sentence_length", std::to_string(o.max_line_bytes)},
       {"minloglevel", "1"}};
   if (o.max_sentences > 0) {
-    args["input_sentence_size"] = std::to_string(o.max_sentences);
-    args["shuffle_input_sentence"] = "true";
+    args.emplace_back("input_sentence_size", std::to_string(o.max_sentences));
+    args.emplace_back("shuffle_input_sentence", "true");
   }
-  const auto status = sentencepiece::SentencePieceTrainer::Train(args);
-  LLMTRAIN_CHECK(status.ok(), "train_sentencepiece: ", status.ToString(),
-                 status.ToString().find("sentences_.empty()") != std::string::npos
-                     ? " (no usable lines: every line was empty or longer than max_line_bytes)"
-                     : "");
+  try {
+    std::string error;
+    const bool ok = detail::sp_api().train(&args, &error);
+    LLMTRAIN_CHECK(ok, "train_sentencepiece: ", error,
+                   error.find("sentences_.empty()") != std::string::npos
+                       ? " (no usable lines: every line was empty or longer than max_line_bytes)"
+                       : "");
+    for (const char* ext : {".vocab", ".model"})
+      fs::write_file_atomic(o.model_prefix + ext, fs::read_file(tmp_prefix + ext));
+  } catch (...) {
+    fs::remove_tree(tmp);
+    throw;
+  }
+  fs::remove_tree(tmp);
 }
 
 }  // namespace llmtrain::tokenizer

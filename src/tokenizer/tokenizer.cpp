@@ -1,12 +1,29 @@
 #include "llmtrain/tokenizer/tokenizer.h"
 
+#include <algorithm>
+#include <climits>
 #include <cstdlib>
 
+#include "../core/json.h"
 #include "llmtrain/core/error.h"
 #include "llmtrain/tokenizer/gpt2_bpe.h"
 #include "llmtrain/tokenizer/sentencepiece.h"
 
 namespace llmtrain::tokenizer {
+
+std::vector<int32_t> parse_ids(std::string_view text, const std::string& what, int64_t limit) {
+  const json::Json ids = json::parse(text, what);
+  LLMTRAIN_CHECK(ids.is_array(), what, ": expected a JSON array of token ids, got ", json::excerpt(ids));
+  std::vector<int32_t> out;
+  out.reserve(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const json::Json& id = ids[i];
+    const bool ok = id.is_number_unsigned() && id.get<uint64_t>() < uint64_t(std::min<int64_t>(limit, INT32_MAX));
+    LLMTRAIN_CHECK(ok, what, ": entry ", i, " is ", json::excerpt(id), ", not a token id in [0, ", limit, ")");
+    out.push_back(int32_t(id.get<uint64_t>()));
+  }
+  return out;
+}
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& kind, const std::string& path) {
   if (kind == "gpt2") {

@@ -2,17 +2,17 @@
 // drift apart.
 #include "llmtrain/train/config.h"
 
-#include <nlohmann/json.hpp>
-
+#include <cstdint>
 #include <variant>
 
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/fs.h"
+#include "../core/json.h"
 
 namespace llmtrain::train {
 namespace {
 
-using Json = nlohmann::json;
+using Json = json::Json;
 using FieldPtr = std::variant<int64_t*, uint64_t*, double*, bool*, std::string*>;
 
 struct Field {
@@ -63,7 +63,7 @@ Json* node(Json& doc, const std::string& key, bool create) {
 
 void assign(const Field& f, const Json& v, const std::string& source) {
   const auto wrong = [&](const char* expected) {
-    LLMTRAIN_CHECK(false, source, ": ", f.key, " must be ", expected, ", got ", v.dump());
+    LLMTRAIN_CHECK(false, source, ": ", f.key, " must be ", expected, ", got ", json::excerpt(v));
   };
   std::visit(
       [&](auto* p) {
@@ -78,10 +78,11 @@ void assign(const Field& f, const Json& v, const std::string& source) {
           if (!v.is_number()) wrong("a number");
           *p = v.get<double>();
         } else if constexpr (std::is_same_v<T, uint64_t>) {
-          if (!v.is_number_integer() || v.get<int64_t>() < 0) wrong("a non-negative integer");
+          if (!v.is_number_unsigned()) wrong("a non-negative integer");
           *p = v.get<uint64_t>();
         } else {
-          if (!v.is_number_integer()) wrong("an integer");
+          if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)))
+            wrong("an integer (64-bit)");
           *p = v.get<int64_t>();
         }
       },
@@ -169,12 +170,7 @@ bool TrainerConfig::sft() const {
 
 TrainerConfig TrainerConfig::parse(const std::string& json_text, const std::string& source,
                                    const std::vector<std::string>& overrides) {
-  Json doc;
-  try {
-    doc = Json::parse(json_text);
-  } catch (const Json::exception& e) {
-    LLMTRAIN_CHECK(false, source, ": not valid JSON (", e.what(), ")");
-  }
+  Json doc = json::parse(json_text, source);
   LLMTRAIN_CHECK(doc.is_object(), source, ": expected a JSON object at the top");
   TrainerConfig cfg;
   const auto table = fields(cfg);
@@ -190,8 +186,8 @@ TrainerConfig TrainerConfig::parse(const std::string& json_text, const std::stri
     LLMTRAIN_CHECK(known(key), "--set ", o, ": unknown key \"", key, "\"");
     Json value;
     try {
-      value = Json::parse(text);
-    } catch (const Json::exception&) {
+      value = json::parse(text, "--set " + o);
+    } catch (const llmtrain::Error&) {
       value = text;  // a bare word is a string
     }
     Json* n = node(doc, key, true);
@@ -206,7 +202,7 @@ TrainerConfig TrainerConfig::parse(const std::string& json_text, const std::stri
       for (const auto& [leaf, v] : value.items())
         LLMTRAIN_CHECK(known(top + "." + leaf), source, ": unknown key \"", top, ".", leaf, "\"");
     } else {
-      LLMTRAIN_CHECK(!section, source, ": ", top, " must be an object, got ", value.dump());
+      LLMTRAIN_CHECK(!section, source, ": ", top, " must be an object, got ", json::excerpt(value));
       LLMTRAIN_CHECK(known(top), source, ": unknown key \"", top, "\"");
     }
   }
@@ -217,7 +213,7 @@ TrainerConfig TrainerConfig::parse(const std::string& json_text, const std::stri
 }
 
 TrainerConfig TrainerConfig::load(const std::string& path, const std::vector<std::string>& overrides) {
-  return parse(fs::read_file(path), path, overrides);
+  return parse(fs::read_file(path, uint64_t(64) << 20), path, overrides);
 }
 
 std::string TrainerConfig::to_json() const {

@@ -8,7 +8,6 @@
 #endif
 #include <dirent.h>
 #include <fcntl.h>
-#include <nlohmann/json.hpp>
 #include <torch/cuda.h>
 #include <torch/serialize.h>
 #include <unistd.h>
@@ -16,6 +15,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +24,7 @@
 #include <optional>
 #include <sstream>
 
+#include "llmtrain/core/checked.h"
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/fs.h"
 #include "llmtrain/core/host_copy.h"
@@ -39,13 +40,14 @@
 #include "llmtrain/tokenizer/tokenizer.h"
 #include "llmtrain/train/graphed_step.h"
 #include "llmtrain/train/plot.h"
+#include "../core/failpoint.h"
+#include "checkpoint_state.h"
+#include "../core/json.h"
 
 namespace llmtrain::train {
 namespace {
 
-using Json = nlohmann::json;
-constexpr const char* kFormat = "llmtrain-checkpoint";
-constexpr int kVersion = 1;
+using Json = json::Json;
 
 std::atomic<bool> g_stop{false};
 extern "C" void on_stop_signal(int) { g_stop = true; }
@@ -60,7 +62,14 @@ torch::Device resolve_device(const std::string& name) {
 // Dense bf16 tensor-core FLOP/s of the GPU, the denominator of MFU: $LLMTRAIN_PEAK_TFLOPS when set,
 // else the datasheet figure of known parts, else 0 (MFU not reported).
 double gpu_peak_flops(torch::Device device) {
-  if (const char* env = std::getenv("LLMTRAIN_PEAK_TFLOPS")) return std::atof(env) * 1e12;
+  if (const char* env = std::getenv("LLMTRAIN_PEAK_TFLOPS")) {
+    char* end = nullptr;
+    const double tflops = std::strtod(env, &end);
+    LLMTRAIN_CHECK(*env && *end == 0 && std::isfinite(tflops) && tflops > 0 && tflops < 1e9,
+                   "the environment variable LLMTRAIN_PEAK_TFLOPS=\"", env,
+                   "\" is not the GPU's peak in TFLOP/s (a positive number)");
+    return tflops * 1e12;
+  }
 #if LLMTRAIN_WITH_CUDA
   const std::string name = at::cuda::getDeviceProperties(device.index() < 0 ? 0 : device.index())->name;
   for (const auto& [part, tflops] : {std::pair{"H100", 989.4}, {"H200", 989.4}, {"H800", 989.4}, {"A100", 312.0}})
@@ -69,6 +78,41 @@ double gpu_peak_flops(torch::Device device) {
   (void)device;
 #endif
   return 0;
+}
+
+// Bytes of memory `device` offers a run: a GPU's total; on the CPU what the system has available now
+// (MemAvailable plus free swap). 0 when unknown.
+double device_memory(torch::Device device) {
+#if LLMTRAIN_WITH_CUDA
+  if (device.is_cuda()) return double(at::cuda::getDeviceProperties(device.index() < 0 ? 0 : device.index())->totalGlobalMem);
+#endif
+  if (device.is_cuda()) return 0;
+  std::istringstream in(fs::read_file("/proc/meminfo", uint64_t(1) << 20));
+  double kib = 0;
+  std::string key;
+  for (double value; in >> key >> value;) {
+    if (key == "MemAvailable:" || key == "SwapFree:") kib += value;
+    in.ignore(64, '\n');
+  }
+  return kib * 1024;
+}
+
+// A lower bound of the memory a run takes: the parameters, their gradients, AdamW's two moments and the
+// bf16-master copies (those two over the ranks with ZeRO-1), and one micro-batch's logits. A config
+// past the device's memory is refused at once, with both figures, rather than failing in an allocation.
+void check_memory(const TrainerConfig& c, torch::Device device, int world) {
+  const nn::GPT2Config g = c.model.gpt2();
+  const double params = double(g.stored_parameters());
+  const bool master = c.train.precision == "bf16-master", low = master || c.train.precision != "fp32";
+  const double weights = params * (master ? 2 + 2 : 4 + 4);          // the parameters and their gradients
+  const double optimizer = params * (master ? 8 + 4 : 8) / (c.train.zero ? world : 1);
+  const double logits = double(c.train.batch_size) * double(c.train.seq_len) * double(g.padded_vocab_size()) * (low ? 2 : 4);
+  const double need = weights + optimizer + logits, have = device_memory(device);
+  LLMTRAIN_CHECK(have <= 0 || need <= have, "this config needs at least ", need / 1e9, " GB on ", device.str(),
+                 " (", params / 1e6, "M parameters with gradients and AdamW state: ", (weights + optimizer) / 1e9,
+                 " GB; the logits of ", c.train.batch_size, " x ", c.train.seq_len, " tokens: ", logits / 1e9, " GB), but ",
+                 device.is_cuda() ? "the GPU has " : "the machine has ", have / 1e9,
+                 " GB available: use a smaller model, train.batch_size or train.seq_len");
 }
 
 std::string step_name(int64_t step) {
@@ -94,17 +138,37 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
   return out;
 }
 
-void fsync_path(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
+// torch::save(value) into `path` through an fs::AtomicFile (written beside, flushed, renamed). PyTorch's
+// zip writer is never shown a failed write: its destructor would write again and throw out of a
+// destructor (an abort). A write that fails (a full disk) is kept and reported once save_to is done.
+template <typename Value>
+void save_torch(const Value& value, const std::string& path) {
+  fs::AtomicFile file(path);
+  std::string error;
+  const std::function<size_t(const void*, size_t)> writer = [&](const void* data, size_t n) {
+    if (error.empty()) {
+      try {
+        file.write({static_cast<const char*>(data), n});
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    }
+    return n;
+  };
+  torch::save(value, writer);
+  LLMTRAIN_CHECK(error.empty(), error);
+  file.commit();
 }
 
-Json model_shape(const nn::GPT2Config& c) {
-  return {{"vocab_size", c.vocab_size()}, {"block_size", c.block_size()}, {"n_layer", c.n_layer()},
-          {"n_head", c.n_head()}, {"n_embd", c.n_embd()}};
+bool same_shape(const nn::GPT2Config& a, const nn::GPT2Config& b) {
+  return a.vocab_size() == b.vocab_size() && a.block_size() == b.block_size() && a.n_layer() == b.n_layer() &&
+         a.n_head() == b.n_head() && a.n_embd() == b.n_embd();
+}
+
+std::string shape_text(const nn::GPT2Config& c) {
+  return "vocab_size " + std::to_string(c.vocab_size()) + ", block_size " + std::to_string(c.block_size()) +
+         ", n_layer " + std::to_string(c.n_layer()) + ", n_head " + std::to_string(c.n_head()) + ", n_embd " +
+         std::to_string(c.n_embd());
 }
 
 std::string format_duration(double s) {
@@ -115,17 +179,10 @@ std::string format_duration(double s) {
   return buf;
 }
 
-// The checkpoint's state.json, checked to be ours and of this version.
-Json read_state(const std::string& dir) {
-  Json state;
-  try {
-    state = Json::parse(fs::read_file(dir + "/state.json"));
-  } catch (const Json::exception& e) {
-    LLMTRAIN_CHECK(false, "checkpoint ", dir, ": state.json is not valid JSON (", e.what(), ")");
-  }
-  LLMTRAIN_CHECK(state.value("format", "") == kFormat && state.value("version", 0) == kVersion, "checkpoint ", dir,
-                 ": not an llmtrain checkpoint of version ", kVersion);
-  return state;
+// The checkpoint's state.json, checked whole.
+detail::CheckpointState read_state(const std::string& dir) {
+  return detail::CheckpointState::parse(fs::read_file(dir + "/state.json", uint64_t(64) << 20),
+                                        "checkpoint " + dir + "/state.json");
 }
 
 // A ZeRO-1 rank's part of the optimizer state: optimizer.rank00001.pt.
@@ -148,6 +205,45 @@ void load_part(const std::string& dir, const char* file, F&& body) {
 }  // namespace
 
 namespace {
+
+// The names a run writes into its out_dir. A folder that holds one of them but is no run folder of
+// llmtrain's is refused: those files are not ours to overwrite.
+constexpr const char* kRunFiles[] = {"config.json", "metrics.jsonl", "loss.svg", "checkpoints"};
+
+// A run folder llmtrain wrote: its marker, or (from before markers) a complete checkpoint.
+bool is_run_folder(const std::string& dir) {
+  return fs::is_our_output(dir) || !list_checkpoints(dir + "/checkpoints").empty();
+}
+
+// out_dir is none of the places an output may never be (fs::check_output: the working folder, an
+// input...), and writing the run's files there overwrites nothing llmtrain did not write, unless `force`.
+void check_run_folder(const TrainerConfig& c, bool force) {
+  fs::check_output(c.out_dir, {"out_dir", {c.model.init_from, c.tokenizer.path, c.data.train, c.data.val}, true});
+  if (force || !fs::is_dir(c.out_dir) || is_run_folder(c.out_dir)) return;
+  for (const char* f : kRunFiles)
+    LLMTRAIN_CHECK(!fs::exists(c.out_dir + "/" + f), "out_dir ", c.out_dir, " holds ", f, ", which llmtrain did not ",
+                   "write (the folder has no ", fs::kOutputMarker, " marker): choose another out_dir, or pass --force ",
+                   "to train_gpt2 / finetune_gpt2 to write over it");
+}
+
+// Temporary checkpoint folders that a crash or a failed save left in `dir` (ours by name and place):
+// removed, each said.
+void remove_stale_checkpoints(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return;
+  std::vector<std::string> stale;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.size() > 13 && name.rfind("step_", 0) == 0 &&
+        (name.compare(13, 5, ".tmp.") == 0 || name.compare(13, 5, ".old.") == 0))
+      stale.push_back(name);
+  }
+  ::closedir(d);
+  for (const auto& name : stale) {
+    std::printf("removing %s/%s, an incomplete checkpoint left by a crash or a failed save\n", dir.c_str(), name.c_str());
+    fs::remove_tree(dir + "/" + name);
+  }
+}
 
 // Every rank must train the same model with the same settings: the configurations are compared by an
 // FNV-1a hash, and every rank fails alike. Where files lie (the output, data, tokenizer and initial
@@ -185,6 +281,7 @@ struct Trainer::Impl {
   int64_t accum = 1;
   double peak_flops = 0;  // of the GPU, for MFU; 0: unknown
   int64_t step = 0;
+  int64_t saved_step = -1;    // the step of the newest checkpoint written or resumed from
   double elapsed_before = 0;  // seconds of earlier runs (resumed)
   std::function<void(const StepRecord&)> callback;
   bool stop_requested = false;
@@ -263,17 +360,31 @@ struct Trainer::Impl {
 
   void append_metrics(const Json& record) {
     if (rank != 0) return;
-    std::ofstream out(metrics_path(), std::ios::app);
     // Sample text may hold a UTF-8 character cut by the token limit: replaced, never an exception.
-    out << record.dump(-1, ' ', false, Json::error_handler_t::replace) << "\n";
-    out.flush();
+    fs::append_file(metrics_path(), record.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n");
+  }
+
+  // Records of steps after `last` belong to a run that stopped; the resumed run writes them anew.
+  void keep_metrics_through(int64_t last) {
+    if (rank != 0 || !fs::exists(metrics_path())) return;
+    std::istringstream in(fs::read_file(metrics_path()));
+    std::string kept, line;
+    while (std::getline(in, line)) {
+      try {
+        const Json record = json::parse(line, metrics_path());
+        if (record.is_object() && record.contains("step") && record["step"].is_number_integer() &&
+            record["step"].get<int64_t>() <= last)
+          kept += line + "\n";
+      } catch (const llmtrain::Error&) {  // a line cut by a crash
+      }
+    }
+    fs::write_file_atomic(metrics_path(), kept);
   }
 
   void load_initial_weights(const std::string& from) {
     nn::GPT2 src = load_model(from);
-    const Json have = model_shape(src->cfg), want = model_shape(cfg.model.gpt2());
-    LLMTRAIN_CHECK(have == want, "model.init_from ", from, " holds a model of shape ", have.dump(), "; this config has ",
-                   want.dump());
+    LLMTRAIN_CHECK(same_shape(src->cfg, cfg.model.gpt2()), "model.init_from ", from, " holds a model of ",
+                   shape_text(src->cfg), "; this config has ", shape_text(cfg.model.gpt2()));
     torch::NoGradGuard no_grad;
     const auto from_params = src->named_parameters();
     for (auto& p : model->named_parameters()) p.value().copy_(from_params[p.key()]);
@@ -327,7 +438,8 @@ Trainer::Trainer(TrainerConfig config, std::shared_ptr<dist::Communicator> comm)
       d.comm = dist::NcclCommunicator::create(d.comm, d.device);  // makes it the current device
   }
   LLMTRAIN_CHECK(!c.data.train.empty(), "data.train is empty: give a glob of training shards or an SFT JSONL file");
-  const int64_t micro = c.train.batch_size * c.train.seq_len * d.world;  // tokens per micro-step, all ranks
+  const int64_t micro = product_checked({c.train.batch_size, c.train.seq_len, d.world},  // tokens a micro-step, all ranks
+                                        "train.batch_size x train.seq_len x ranks");
   const int64_t total = c.train.total_batch_tokens > 0 ? c.train.total_batch_tokens : micro;
   LLMTRAIN_CHECK(total % micro == 0, "train.total_batch_tokens ", total,
                  " is not a multiple of batch_size x seq_len x ranks = ", micro);
@@ -337,8 +449,16 @@ Trainer::Trainer(TrainerConfig config, std::shared_ptr<dist::Communicator> comm)
     LLMTRAIN_CHECK(d.tok->vocab_size() <= c.model.gpt2().vocab_size(), "tokenizer ", c.tokenizer.kind, " ",
                    c.tokenizer.path, " has ", d.tok->vocab_size(), " ids, more than the model's vocab_size ",
                    c.model.gpt2().vocab_size());
+    // Found now, not after the steps before the first sample.
+    if (c.sample.every > 0 && !c.sample.prompt.empty()) {
+      const int64_t n = int64_t(d.tok->encode(c.sample.prompt).size());
+      LLMTRAIN_CHECK(n < c.model.gpt2().block_size(), "sample.prompt is ", n,
+                     " tokens, which leaves no room for a new one in the model's block_size ",
+                     c.model.gpt2().block_size());
+    }
   }
 
+  check_memory(c, d.device, d.world);
   torch::manual_seed(c.train.seed);
   d.model = nn::GPT2(c.model.gpt2());
   if (!c.model.init_from.empty()) d.load_initial_weights(c.model.init_from);
@@ -359,7 +479,9 @@ Trainer::Trainer(TrainerConfig config, std::shared_ptr<dist::Communicator> comm)
   if (d.device.is_cuda()) d.peak_flops = gpu_peak_flops(d.device);
 
   if (d.rank == 0) {
+    check_run_folder(c, /*force=*/false);
     fs::make_dirs(c.out_dir);
+    if (!fs::is_our_output(c.out_dir)) fs::mark_output(c.out_dir, "run");
     fs::write_file_atomic(c.out_dir + "/config.json", c.to_json());
   }
   g_stop = false;
@@ -409,7 +531,7 @@ int64_t Trainer::run() {
   const double flops_per_token = d.model->flops_per_token(c.train.seq_len);
   const auto start = std::chrono::steady_clock::now();
   const int64_t first_step = d.step;
-  int64_t last_eval = -1, last_checkpoint = -1;
+  int64_t last_eval = -1;
   const auto stop_now = [&] {  // every rank stops after the same step
     double stop = (g_stop || d.stop_requested) ? 1.0 : 0.0;
     if (d.world > 1) stop = d.mean_over_ranks(torch::tensor(stop, torch::kDouble));
@@ -522,7 +644,6 @@ int64_t Trainer::run() {
     }
     if (checkpoint_now) {
       save_checkpoint();
-      last_checkpoint = d.step;
     }
   }
   if (queued) record(/*wait_for_checks=*/true);  // the loop stopped before the next step began
@@ -530,7 +651,7 @@ int64_t Trainer::run() {
   const bool interrupted = d.step < c.train.max_steps;
   if (interrupted) {
     if (log) std::printf("stopping at step %lld: writing a checkpoint\n", static_cast<long long>(d.step));
-    if (last_checkpoint != d.step) save_checkpoint();
+    if (d.saved_step != d.step) save_checkpoint();
     d.write_loss_curves();
     return d.step;
   }
@@ -539,7 +660,7 @@ int64_t Trainer::run() {
     d.append_metrics({{"type", "eval"}, {"step", d.step}, {"val_loss", v}});
     if (log) std::printf("step %lld: val loss %.4f\n", static_cast<long long>(d.step), v);
   }
-  if (c.checkpoint.every > 0 && last_checkpoint != d.step) save_checkpoint();
+  if (c.checkpoint.every > 0 && d.saved_step != d.step) save_checkpoint();
   d.write_loss_curves();
   return d.step;
 }
@@ -555,6 +676,7 @@ void shard_optimizer(optim::MixedPrecisionOptimizer& opt, dist::DataParallel& dp
 
 void Trainer::save_checkpoint() {
   Impl& d = *impl_;
+  d.saved_step = d.step;  // on every rank, so that all agree on whether a save is due (a failed one throws)
   const bool sharded = d.opt->sharded();
   if (d.rank != 0 && !sharded) {  // rank 0 writes; the others wait so that no rank runs ahead of a checkpoint
     d.comm->barrier();
@@ -564,52 +686,54 @@ void Trainer::save_checkpoint() {
   torch::Tensor pid = torch::tensor({int64_t(::getpid())}, torch::kLong);  // rank 0's names the folder
   if (d.rank == 0) {
     const std::string tmp = final_dir + ".tmp." + std::to_string(pid.item<int64_t>());
-    fs::remove_tree(tmp);
+    fs::remove_tree(tmp);  // ours: a folder of this process's name, left by an earlier failed save
     fs::make_dirs(tmp);
   }
   if (sharded && d.world > 1) d.comm->broadcast(pid, 0);  // after rank 0 made the folder
   const std::string tmp = final_dir + ".tmp." + std::to_string(pid.item<int64_t>());
   const bool masters = d.opt->options().precision == optim::Precision::kBF16Master;
-  if (sharded) {  // ZeRO-1: every rank writes its own slices' optimizer state
-    LLMTRAIN_CHECK(fs::exists(tmp), "rank ", d.rank, " cannot see the checkpoint folder ", tmp, " that rank 0 made: ",
-                   "with train.zero every rank writes its part there, so out_dir must be on a filesystem all ranks share");
-    const std::string opt_file = tmp + "/" + shard_file("optimizer", d.rank),
-                      master_file = tmp + "/" + shard_file("master", d.rank);
-    torch::save(d.opt->adamw(), opt_file);
-    fsync_path(opt_file);
-    if (masters) {
-      torch::save(d.opt->master_params(), master_file);
-      fsync_path(master_file);
+  try {
+    if (sharded) {  // ZeRO-1: every rank writes its own slices' optimizer state
+      LLMTRAIN_CHECK(fs::exists(tmp), "rank ", d.rank, " cannot see the checkpoint folder ", tmp, " that rank 0 made: ",
+                     "with train.zero every rank writes its part there, so out_dir must be on a filesystem all ranks share");
+      save_torch(d.opt->adamw(), tmp + "/" + shard_file("optimizer", d.rank));
+      if (masters) save_torch(d.opt->master_params(), tmp + "/" + shard_file("master", d.rank));
+      if (d.world > 1) d.comm->barrier();  // every shard is on disk before rank 0 completes the folder
+      if (d.rank != 0) {
+        d.comm->barrier();
+        return;
+      }
     }
-    if (d.world > 1) d.comm->barrier();  // every shard is on disk before rank 0 completes the folder
-    if (d.rank != 0) {
-      d.comm->barrier();
-      return;
+    save_torch(d.model, tmp + "/model.pt");
+    if (!sharded) {
+      save_torch(d.opt->adamw(), tmp + "/optimizer.pt");
+      if (masters) save_torch(d.opt->master_params(), tmp + "/master.pt");
     }
+    save_torch(d.rng_states(), tmp + "/rng.pt");
+    llmtrain::detail::failpoint("checkpoint:tensors-written");
+    const auto loader = d.train->state();
+    detail::CheckpointState state;
+    state.step = d.step;
+    state.elapsed_s = d.elapsed_before;
+    state.model = d.cfg.model.gpt2();
+    state.precision = d.cfg.train.precision;
+    state.zero_ranks = sharded ? d.world : 0;
+    state.loss_scale = d.opt->scaler().scale_value();
+    state.good_steps = d.opt->scaler().good_steps();
+    state.epoch = loader.epoch;
+    state.shard = loader.shard;
+    state.position = loader.position;
+    state.config = d.cfg.to_json();
+    fs::write_file_atomic(tmp + "/state.json", state.to_json());  // last: marks the folder complete
+    llmtrain::detail::failpoint("checkpoint:complete");
+    // A checkpoint of this step already there (saved again at the step a run resumed from) is swapped
+    // out whole, never removed first.
+    fs::replace_dir(tmp, final_dir);
+  } catch (...) {
+    if (d.rank == 0) fs::remove_tree(tmp);  // a failed save (a full disk) leaves the earlier checkpoints alone
+    throw;
   }
-  torch::save(d.model, tmp + "/model.pt");
-  if (!sharded) {
-    torch::save(d.opt->adamw(), tmp + "/optimizer.pt");
-    if (masters) torch::save(d.opt->master_params(), tmp + "/master.pt");
-  }
-  torch::save(d.rng_states(), tmp + "/rng.pt");
-  const auto loader = d.train->state();
-  const Json state = {{"format", kFormat},
-                      {"version", kVersion},
-                      {"step", d.step},
-                      {"elapsed_s", d.elapsed_before},
-                      {"model", model_shape(d.cfg.model.gpt2())},
-                      {"precision", d.cfg.train.precision},
-                      {"zero_ranks", sharded ? d.world : 0},
-                      {"scaler", {{"scale", d.opt->scaler().scale_value()}, {"good_steps", d.opt->scaler().good_steps()}}},
-                      {"train_loader", {{"epoch", loader.epoch}, {"shard", loader.shard}, {"position", loader.position}}},
-                      {"config", Json::parse(d.cfg.to_json())}};
-  for (const char* f : {"model.pt", "optimizer.pt", "master.pt", "rng.pt"})
-    if (fs::exists(tmp + "/" + f)) fsync_path(tmp + "/" + f);
-  fs::write_file_atomic(tmp + "/state.json", state.dump(2));  // last: marks the folder complete
-  fs::remove_tree(final_dir);
-  LLMTRAIN_CHECK(::rename(tmp.c_str(), final_dir.c_str()) == 0, "cannot rename ", tmp, " to ", final_dir);
-  fsync_path(dir);
+  llmtrain::detail::failpoint("checkpoint:renamed");
   const auto all = list_checkpoints(dir);
   for (size_t i = 0; i + size_t(d.cfg.checkpoint.keep) < all.size(); ++i) fs::remove_tree(all[i].second);
   if (d.world > 1) d.comm->barrier();
@@ -618,20 +742,22 @@ void Trainer::save_checkpoint() {
 bool Trainer::resume_if_possible() {
   Impl& d = *impl_;
   d.graph.reset();  // loading may give the parameters new storage, which a captured graph would not see
+  if (d.rank == 0) remove_stale_checkpoints(d.checkpoints_dir());
   const auto all = list_checkpoints(d.checkpoints_dir());
-  if (all.empty()) return false;
+  if (all.empty()) {
+    d.keep_metrics_through(0);  // a run that stopped before its first checkpoint starts over
+    return false;
+  }
   const std::string dir = all.back().second;
-  const Json state = read_state(dir);
-  LLMTRAIN_CHECK(!state.value("model_only", false), "checkpoint ", dir, " holds a model alone (converted), not a ",
+  const detail::CheckpointState state = read_state(dir);
+  LLMTRAIN_CHECK(!state.model_only, "checkpoint ", dir, " holds a model alone (converted), not a ",
                  "run to resume: start a run from it with model.init_from or finetune_gpt2 --from");
-  const Json want = model_shape(d.cfg.model.gpt2());
-  for (const auto& [key, value] : want.items())
-    LLMTRAIN_CHECK(state["model"].value(key, Json()) == value, "checkpoint ", dir, " holds a model with ", key, " ",
-                   state["model"].value(key, Json()).dump(), "; this config has ", value.dump());
-  LLMTRAIN_CHECK(state.value("precision", "") == d.cfg.train.precision, "checkpoint ", dir, " was trained in ",
-                 state.value("precision", ""), "; this config asks for ", d.cfg.train.precision);
+  LLMTRAIN_CHECK(same_shape(state.model, d.cfg.model.gpt2()), "checkpoint ", dir, " holds a model of ",
+                 shape_text(state.model), "; this config has ", shape_text(d.cfg.model.gpt2()));
+  LLMTRAIN_CHECK(state.precision == d.cfg.train.precision, "checkpoint ", dir, " was trained in ", state.precision,
+                 "; this config asks for ", d.cfg.train.precision);
   const bool sharded = d.opt->sharded();
-  const int64_t zero_ranks = state.value("zero_ranks", int64_t(0)), want_ranks = sharded ? d.world : 0;
+  const int64_t zero_ranks = state.zero_ranks, want_ranks = sharded ? d.world : 0;
   LLMTRAIN_CHECK(zero_ranks == want_ranks, "checkpoint ", dir, " holds ",
                  zero_ranks > 0 ? "optimizer state sharded over " + std::to_string(zero_ranks) + " ranks (ZeRO-1)"
                                 : std::string("unsharded optimizer state"),
@@ -649,8 +775,12 @@ bool Trainer::resume_if_possible() {
     load(master_file, [&](const std::string& p) {
       std::vector<torch::Tensor> masters;
       torch::load(masters, p);
-      LLMTRAIN_CHECK(masters.size() == d.opt->master_params().size(), "checkpoint ", dir, ": ", master_file, " holds ",
-                     masters.size(), " tensors, expected ", d.opt->master_params().size());
+      const auto& want = d.opt->master_params();
+      LLMTRAIN_CHECK(masters.size() == want.size(), "checkpoint ", dir, ": ", master_file, " holds ", masters.size(),
+                     " tensors, expected ", want.size());
+      for (size_t i = 0; i < masters.size(); ++i)
+        LLMTRAIN_CHECK(masters[i].sizes() == want[i].sizes(), "checkpoint ", dir, ": ", master_file, " tensor ", i,
+                       " has shape ", masters[i].sizes(), ", expected ", want[i].sizes());
       torch::NoGradGuard no_grad;
       // model.pt holds the bf16 copies as they were rounded (stochastically): they stay as loaded.
       for (size_t i = 0; i < masters.size(); ++i) d.opt->master_params()[i].copy_(masters[i]);
@@ -661,24 +791,17 @@ bool Trainer::resume_if_possible() {
     torch::load(rng, p);
     d.set_rng_states(rng);
   });
-  d.step = state["step"].get<int64_t>();
-  d.elapsed_before = state["elapsed_s"].get<double>();
-  d.opt->scaler().set_state(state["scaler"]["scale"].get<double>(), state["scaler"]["good_steps"].get<int64_t>());
-  const auto& l = state["train_loader"];
-  d.train->load_state({l["epoch"].get<int64_t>(), l["shard"].get<int64_t>(), l["position"].get<int64_t>()});
-
-  // Records of steps after the checkpoint belong to the run that stopped; the resumed run writes them anew.
-  if (d.rank == 0 && fs::exists(d.metrics_path())) {
-    std::istringstream in(fs::read_file(d.metrics_path()));
-    std::string kept, line;
-    while (std::getline(in, line)) {
-      try {
-        if (Json::parse(line).value("step", int64_t(0)) <= d.step) kept += line + "\n";
-      } catch (const Json::exception&) {  // a line cut by a crash
-      }
-    }
-    fs::write_file_atomic(d.metrics_path(), kept);
+  d.step = state.step;
+  d.elapsed_before = state.elapsed_s;
+  d.opt->scaler().set_state(state.loss_scale, state.good_steps);
+  try {
+    d.train->load_state({state.epoch, state.shard, state.position});
+  } catch (const llmtrain::Error& e) {
+    LLMTRAIN_CHECK(false, "checkpoint ", dir, "/state.json: train_loader does not fit this run's data: ", e.what());
   }
+
+  d.saved_step = d.step;
+  d.keep_metrics_through(d.step);
   if (d.rank == 0) std::printf("resumed from %s (step %lld)\n", dir.c_str(), static_cast<long long>(d.step));
   return true;
 }
@@ -697,7 +820,11 @@ std::string checkpoint_dir(const std::string& path) {
 
 TrainerConfig load_checkpoint_config(const std::string& path) {
   const std::string dir = checkpoint_dir(path);
-  return TrainerConfig::parse(read_state(dir)["config"].dump(), dir + "/state.json");
+  const detail::CheckpointState state = read_state(dir);
+  const TrainerConfig cfg = TrainerConfig::parse(state.config, "checkpoint " + dir + "/state.json's config");
+  LLMTRAIN_CHECK(same_shape(state.model, cfg.model.gpt2()), "checkpoint ", dir, "/state.json: model says ",
+                 shape_text(state.model), " but its config says ", shape_text(cfg.model.gpt2()));
+  return cfg;
 }
 
 namespace {
@@ -735,25 +862,32 @@ nn::GPT2 load_model(const std::string& path) {
   return load_checkpoint_model(path);
 }
 
-void save_model_checkpoint(nn::GPT2& model, const std::string& dir) {
+void save_model_checkpoint(nn::GPT2& model, const std::string& dir, const fs::OutputOptions& options) {
   const TrainerConfig cfg = config_of_model(model->cfg);
   const bool bf16 = model->parameters().front().scalar_type() == torch::kBFloat16;
-  fs::write_dir_atomic(dir, [&](const std::string& tmp) {
-    torch::save(model, tmp + "/model.pt");
-    fsync_path(tmp + "/model.pt");
-    Json config = Json::parse(cfg.to_json());
-    if (bf16) config["train"]["precision"] = "bf16-master";  // how load_checkpoint_model knows to cast
-    const Json state = {{"format", kFormat},         {"version", kVersion}, {"step", 0},
-                        {"elapsed_s", 0.0},          {"model", model_shape(model->cfg)},
-                        {"precision", config["train"]["precision"]}, {"model_only", true},
-                        {"config", config}};
-    fs::write_file_atomic(tmp + "/state.json", state.dump(2));
+  fs::write_dir_atomic(dir, "checkpoint", options, [&](const std::string& tmp) {
+    save_torch(model, tmp + "/model.pt");
+    TrainerConfig c = cfg;
+    if (bf16) c.train.precision = "bf16-master";  // how load_checkpoint_model knows to cast
+    detail::CheckpointState state;
+    state.model_only = true;
+    state.model = model->cfg;
+    state.precision = c.train.precision;
+    state.config = c.to_json();
+    fs::write_file_atomic(tmp + "/state.json", state.to_json());
   });
 }
 
 nn::GPT2 load_checkpoint_model(const std::string& path) {
   const std::string dir = checkpoint_dir(path);
   const auto cfg = load_checkpoint_config(dir);
+  // The shape comes from state.json: model.pt must be able to hold it before anything is allocated.
+  uint64_t bytes = 0;
+  ::close(fs::open_regular(dir + "/model.pt", &bytes, "checkpoint"));
+  const int64_t params = cfg.model.gpt2().stored_parameters();
+  const uint64_t least = uint64_t(params) * (cfg.train.precision == "bf16-master" ? 2 : 4);
+  LLMTRAIN_CHECK(bytes >= least, "checkpoint ", dir, ": model.pt holds ", bytes, " bytes, too few for the ", params,
+                 " parameters its state.json describes (", least, " bytes at least)");
   nn::GPT2 model(cfg.model.gpt2());
   if (cfg.train.precision == "bf16-master") model->to(torch::kBFloat16);
   load_part(dir, "model.pt", [&](const std::string& p) { torch::load(model, p); });
@@ -762,13 +896,8 @@ nn::GPT2 load_checkpoint_model(const std::string& path) {
 
 TrainerConfig finetune_config(const std::string& from, const std::string& config_path,
                               const std::vector<std::string>& overrides) {
-  const Json base = Json::parse(source_config(from).to_json());
-  Json doc;
-  try {
-    doc = Json::parse(fs::read_file(config_path));
-  } catch (const Json::exception& e) {
-    LLMTRAIN_CHECK(false, config_path, ": not valid JSON (", e.what(), ")");
-  }
+  const Json base = json::parse(source_config(from).to_json(), "the config of " + from);
+  Json doc = json::parse_file(config_path, uint64_t(64) << 20);
   LLMTRAIN_CHECK(doc.is_object(), config_path, ": expected a JSON object at the top");
   Json model = base["model"];
   if (doc.contains("model")) {
@@ -785,17 +914,26 @@ TrainerConfig finetune_config(const std::string& from, const std::string& config
   return TrainerConfig::parse(doc.dump(), config_path, overrides);
 }
 
-int64_t run_training(const TrainerConfig& cfg, bool resume, std::shared_ptr<dist::Communicator> comm) {
+int64_t run_training(const TrainerConfig& cfg, const RunOptions& options, std::shared_ptr<dist::Communicator> comm) {
   const int rank = comm ? comm->rank() : 0, world = comm ? comm->world_size() : 1;
   try {
+    if (rank == 0) {
+      check_run_folder(cfg, options.force);
+      // --force adopts the folder as a run folder, so that the Trainer writes its files there.
+      if (options.force && fs::is_dir(cfg.out_dir) && !fs::is_our_output(cfg.out_dir)) fs::mark_output(cfg.out_dir, "run");
+    }
     const bool used = fs::exists(cfg.out_dir + "/checkpoints") || fs::exists(cfg.out_dir + "/metrics.jsonl");
-    LLMTRAIN_CHECK(resume || !used, "out_dir ", cfg.out_dir,
+    LLMTRAIN_CHECK(options.resume || !used, "out_dir ", cfg.out_dir,
                    " already holds a run; pass --resume to continue it, or choose another out_dir");
     Trainer trainer(cfg, comm);
-    const bool resumed = !resume || trainer.resume_if_possible();
+    const bool resumed = !options.resume || trainer.resume_if_possible();
+    if (rank == 0 && !resumed)
+      std::printf(used ? "out_dir %s holds no complete checkpoint (its run stopped before the first one): starting over "
+                         "from step 0\n"
+                       : "no checkpoint in %s: starting from step 0\n",
+                  cfg.out_dir.c_str());
     const auto& m = trainer.model()->cfg;
     if (rank == 0) {
-      if (!resumed) std::printf("no checkpoint in %s: starting from step 0\n", cfg.out_dir.c_str());
       std::printf("GPT-2 %lld layers x %lld wide, %.1fM parameters%s%s; %lld tokens per step (%lld micro-steps%s); "
                   "out_dir %s\n",
                   static_cast<long long>(m.n_layer()), static_cast<long long>(m.n_embd()),
@@ -812,7 +950,7 @@ int64_t run_training(const TrainerConfig& cfg, bool resume, std::shared_ptr<dist
     return step;
   } catch (const std::exception& e) {
     if (world <= 1) throw;
-    std::fprintf(stderr, "rank %d of %d: %s; ending every rank\n", rank, world, e.what());
+    std::fprintf(stderr, "rank %d of %d: %s; ending every rank\n", rank, world, describe(e).c_str());
     std::fflush(stderr);
     comm->abort(1);
   }

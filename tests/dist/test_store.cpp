@@ -125,9 +125,14 @@ TEST(Store, TorchrunVariablesAreCheckedAndNamed) {
   with({{"WORLD_SIZE", "2"}, {"RANK", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "8x"}},
        {"MASTER_PORT=\"8x\" is not an integer"});
   with({{"WORLD_SIZE", "2"}, {"RANK", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "70000"}},
-       {"port 70000 is not a TCP port"});
+       {"MASTER_PORT=70000 is outside [1, 65535]"});
   with({{"WORLD_SIZE", "2"}, {"RANK", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1"},
         {"LLMTRAIN_DIST_TIMEOUT", "0"}},
        {"LLMTRAIN_DIST_TIMEOUT is 0"});
+  // A world of no ranks is a broken launch, not one process; a rank outside the world is named.
+  with({{"WORLD_SIZE", "0"}}, {"WORLD_SIZE=0 is outside [1, 1048576]"});
+  with({{"WORLD_SIZE", "-4"}}, {"WORLD_SIZE=-4 is outside [1, 1048576]"});
+  with({{"WORLD_SIZE", "2"}, {"RANK", "2"}}, {"RANK=2 is outside [0, 1]"});
+  with({{"OMPI_COMM_WORLD_SIZE", "0"}}, {"OMPI_COMM_WORLD_SIZE=0 is outside [1, 1048576]"});
   EXPECT_EQ(llmtrain::dist::from_environment(), nullptr);  // a lone process
 }

@@ -156,7 +156,7 @@ TEST(HFGPT2, BadFoldersNameTheFileAndTheTensor) {
   expect_error([&] { llmtrain::io::load_hf_gpt2(d); }, {"activation_function relu"});
   d = copy_to("nolayers");
   edit_config(d, [](auto& j) { j.erase("n_layer"); });
-  expect_error([&] { llmtrain::io::load_hf_gpt2(d); }, {"config.json", "n_layer must be a positive integer"});
+  expect_error([&] { llmtrain::io::load_hf_gpt2(d); }, {"config.json", "config.json: n_layer is missing"});
   // A tensor missing, one too many, and an untied head.
   const llmtrain::io::SafetensorsFile src(good + "/model.safetensors");
   const auto rewrite = [&](const std::string& name, const std::function<void(std::vector<std::pair<std::string, torch::Tensor>>&)>& f) {

@@ -88,7 +88,7 @@ TEST(LlmcCheckpoint, BadFilesNameTheFileAndWhatIsWrong) {
   TempDir dir;
   auto model = llmtrain::nn::GPT2(llmtrain::nn::GPT2Config::preset("tiny").vocab_size(1000).block_size(64));
   const std::string good = llmc_bytes(model, 3, 1024);
-  expect_error([&] { llmtrain::io::load_llmc_gpt2(dir.path + "/none.bin"); }, {"none.bin", "no such file"});
+  expect_error([&] { llmtrain::io::load_llmc_gpt2(dir.path + "/none.bin"); }, {"llm.c model " + dir.path + "/none.bin: cannot open (No such file"});
   expect_error([&] { llmtrain::io::load_llmc_gpt2(write(dir.path + "/s.bin", good.substr(0, 100))); },
                {"s.bin", "shorter than the 1024-byte header"});
   std::string b = good;

@@ -130,10 +130,10 @@ TEST(Safetensors, CorruptFilesNameTheFileAndTheTensor) {
   bad(R"({"x":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", d8, {"tensor x", "[0, 16]", "outside the 8 bytes"});
   bad(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", d8, {"tensor x", "[8, 0]"});
   bad(R"({"x":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", d8, {"tensor x", "not a size"});
-  bad(R"({"x":{"dtype":"F32","shape":[2]}})", d8, {"tensor x", "dtype, shape and data_offsets"});
+  bad(R"({"x":{"dtype":"F32","shape":[2]}})", d8, {"tensor x: data_offsets is missing"});
   bad(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"y":{"dtype":"F16","shape":[2],"data_offsets":[4,8]}})",
       d8, {"tensors x [0, 8) and y [4, 8) overlap"});
-  bad(R"({"__metadata__":{"k":1}})", "", {"__metadata__ value k is not a string"});
+  bad(R"({"__metadata__":{"k":1}})", "", {"__metadata__.k must be a string, got 1"});
   SafetensorsFile ok(raw_file(dir.path, "ok.safetensors", R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", d8));
   expect_error([&] { ok.get("w"); }, {"ok.safetensors", "no tensor named w"});
 }

@@ -219,7 +219,7 @@ TEST(GPT2, LogitsMatchHuggingFaceTransformers) {
 TEST(GPT2, BadConfigsAndInputsNameTheValueAndTheLimit) {
   expect_error([] { GPT2(GPT2Config::preset("tiny").n_head(3)); },
                {"n_embd 64", "not divisible by n_head 3"});
-  expect_error([] { GPT2(GPT2Config::preset("tiny").n_layer(0)); }, {"n_layer", "positive", "0"});
+  expect_error([] { GPT2(GPT2Config::preset("tiny").n_layer(0)); }, {"n_layer must be in [1, 4096], got 0"});
   expect_error([] { GPT2(GPT2Config::preset("tiny").dropout(1.5)); }, {"dropout", "1.5"});
 
   const auto cfg = GPT2Config::preset("tiny");

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <random>
 #include <nlohmann/json.hpp>
 
 #include "llmtrain/core/error.h"
@@ -77,6 +78,43 @@ TEST(GPT2BPE, MatchesTiktokenOnTheWholeCorpus) {
     tokens += int64_t(ids.size());
   }
   EXPECT_GT(tokens, 2000000);
+}
+
+// Pieces longer than 64 bytes go through the heap merge: words, numbers, punctuation and whitespace runs
+// of many lengths, each one piece to the pre-tokeniser, against tiktoken.
+TEST(GPT2BPE, LongPiecesMergeAsTiktokenDoes) {
+  LLMTRAIN_REQUIRE_DATA_DIR(data);
+  const auto tok = GPT2BPE::from_dir(data + "/gpt2");
+  std::mt19937 rng(11);
+  const std::vector<std::string> alphabets = {"abcdefghijklmnopqrstuvwxyz", "etaoinshr", "ab", "a", "0123456789",
+                                              "!?.,;:-_*#", "thequickbrownfox"};
+  std::vector<std::string> texts;
+  for (const int len : {63, 64, 65, 66, 100, 257, 1000, 4096, 20000})
+    for (const auto& abc : alphabets) {
+      std::string word;
+      for (int i = 0; i < len; ++i) word += abc[rng() % abc.size()];
+      texts.push_back(word);
+      texts.push_back(" " + word);  // GPT-2's pieces carry their leading space
+    }
+  texts.push_back(std::string(5000, ' ') + "x");
+  texts.push_back("é" + std::string(3000, 'e') + "😀😀😀😀😀😀😀😀😀😀😀😀😀😀😀😀😀😀😀😀");
+  const auto expected = tiktoken_ids(data, texts);
+  ASSERT_EQ(expected.size(), texts.size());
+  for (size_t i = 0; i < texts.size(); ++i)
+    EXPECT_EQ(tok->encode(texts[i]), expected[i]) << "text #" << i << ": " << texts[i].substr(0, 40);
+}
+
+// A word of a megabyte (no spaces: one piece) is merged in O(n log n), not in the minutes the quadratic
+// scan took; its ids decode back to it. (The time itself is bench_tokenizer's row, not a test's.)
+TEST(GPT2BPE, AMegabyteWordEncodesAndRoundTrips) {
+  LLMTRAIN_REQUIRE_DATA_DIR(data);
+  const auto tok = GPT2BPE::from_dir(data + "/gpt2");
+  std::mt19937 rng(5);
+  std::string word;
+  for (int i = 0; i < (1 << 20); ++i) word += char('a' + rng() % 26);
+  const auto ids = tok->encode(word);
+  EXPECT_GT(ids.size(), word.size() / 8);
+  EXPECT_EQ(tok->decode(ids), word);
 }
 
 TEST(GPT2BPE, EndOfTextIsSpecialOnlyWhenAllowed) {

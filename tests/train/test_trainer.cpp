@@ -295,7 +295,7 @@ TEST(Trainer, BadInputIsAClearErrorAndLosesNothing) {
     run_losses(t, 5);
   }
   expect_error([&] { Trainer t(run.config("shape", {"model.n_layer=3"})); t.resume_if_possible(); },
-               {"step_00000005", "n_layer 2", "this config has 3"});
+               {"step_00000005", "n_layer 2,", "this config has vocab_size 50257, block_size 128, n_layer 3,"});
   const std::string state = run.dir.path + "/shape/checkpoints/step_00000005/state.json";
   const std::string saved = llmtrain::fs::read_file(state);
   std::ofstream(state) << R"({"format": "something-else"})";

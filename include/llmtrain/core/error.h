@@ -16,6 +16,11 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
+/// What went wrong in `e`, said for a person: LibTorch's message without its C++ backtrace, an
+/// allocation failure named as one. What the example programs print before they exit with status 1.
+///   catch (const std::exception& e) { std::fprintf(stderr, "tool: %s\n", llmtrain::describe(e).c_str()); }
+std::string describe(const std::exception& e);
+
 namespace detail {
 
 template <typename... Args>

@@ -25,6 +25,7 @@ struct PrepareOptions {
   int64_t shard_tokens = 100'000'000;   // most tokens per shard
   int threads = 0;                      // 0: every core
   bool skip_bad_lines = false;          // JSONL: skip (and count) malformed lines instead of failing
+  bool force = false;                   // replace an existing out_dir that llmtrain did not write
   std::function<void(int64_t done_bytes, int64_t total_bytes)> on_progress;  // optional
 };
 
@@ -38,9 +39,12 @@ struct PrepareSummary {
   double seconds = 0;
 };
 
-/// Tokenizes the inputs into shards. Throws llmtrain::Error naming the file (and JSONL line) for
+/// Tokenizes the inputs into shards, and lists them in out_dir/manifest.json (which the loaders check
+/// the shards they read against). The whole set is written into a folder beside out_dir and swapped in
+/// (fs::write_dir_atomic): a failed run leaves the earlier output as it was, and no shard of an earlier
+/// run survives beside the new ones. Throws llmtrain::Error naming the file (and JSONL line) for
 /// missing or unreadable inputs, malformed lines (unless skip_bad_lines), text that is not UTF-8,
-/// and an empty corpus.
+/// an empty corpus, and an out_dir that fs::check_output refuses or that lies inside an input folder.
 ///   auto summary = llmtrain::data::prepare_shards(*tok, {.inputs = {"corpus/"}, .out_dir = "shards"});
 PrepareSummary prepare_shards(const tokenizer::Tokenizer& tok, const PrepareOptions& options);
 

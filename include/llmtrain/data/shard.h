@@ -5,12 +5,25 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "llmtrain/core/fs.h"
 
 namespace llmtrain::data {
 
 constexpr int64_t kShardHeaderInts = 256;
+
+/// prepare_data's list of the shard set it wrote, beside the shards: {"format": kShardSetFormat,
+/// "version": 1, "vocab_size", "eot_id", "documents", "shards": [{"file", "split", "tokens", "bytes"}]}.
+constexpr const char* kShardManifest = "manifest.json";
+constexpr const char* kShardSetFormat = "llmtrain-shards";
+
+/// Checks `files` against the manifest.json of each of their folders that has one: a shard the
+/// manifest does not list (a stale file of another run), or whose size is not the one listed, is an
+/// error naming it. Shards without a manifest (llm.c's) pass.
+void check_shard_set(const std::vector<std::string>& files);
 
 /// Writes `tokens` as a shard at `path` (temporary file, flushed, renamed). Ids must lie in
 /// [0, vocab_size); vocab_size decides the token width. Throws llmtrain::Error naming the first bad id.
@@ -40,8 +53,7 @@ class Shard {
 
  private:
   std::string path_;
-  const unsigned char* map_ = nullptr;  // whole file
-  size_t map_bytes_ = 0;
+  std::unique_ptr<fs::MappedFile> file_;  // the whole file
   int64_t num_tokens_ = 0;
   int bytes_per_token_ = 2;
 };

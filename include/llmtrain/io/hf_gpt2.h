@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "llmtrain/core/fs.h"
 #include "llmtrain/nn/gpt2.h"
 
 namespace llmtrain::io {
@@ -27,8 +28,9 @@ nn::GPT2Config hf_gpt2_config(const std::string& dir);
 nn::GPT2 load_hf_gpt2(const std::string& dir);
 
 /// Writes `model` as a Hugging Face folder (config.json, model.safetensors in the model's dtype) that
-/// transformers' GPT2LMHeadModel.from_pretrained loads. The folder is written beside `dir` and renamed
-/// into place, replacing what was there: a crash never leaves a half-written folder under `dir`.
-void save_hf_gpt2(nn::GPT2& model, const std::string& dir);
+/// transformers' GPT2LMHeadModel.from_pretrained loads, through fs::write_dir_atomic: written beside
+/// `dir` and swapped in, so a crash never leaves a half-written folder under `dir`; an existing `dir`
+/// that llmtrain did not write is replaced only with `options.force`.
+void save_hf_gpt2(nn::GPT2& model, const std::string& dir, const fs::OutputOptions& options = {});
 
 }  // namespace llmtrain::io

@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "llmtrain/core/fs.h"
+
 namespace llmtrain::io {
 
 /// A safetensors file, read-only. The constructor checks the header (its length, its JSON, that every
@@ -30,6 +32,10 @@ class SafetensorsFile {
   bool contains(const std::string& name) const { return entries_.count(name) > 0; }
   /// The tensor `name` (CPU, of its stored dtype); throws llmtrain::Error naming the file for a missing one.
   torch::Tensor get(const std::string& name) const;
+  /// The shape of tensor `name`; throws llmtrain::Error naming the file for a missing one.
+  std::vector<int64_t> shape(const std::string& name) const;
+  /// The number of values its tensors hold, all together.
+  int64_t numel() const { return numel_; }
   /// The header's "__metadata__" strings.
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
@@ -39,10 +45,10 @@ class SafetensorsFile {
     std::vector<int64_t> shape;
     uint64_t begin, end;  // bytes, from the start of the data
   };
-  struct Mapping;
   std::string path_;
-  std::shared_ptr<Mapping> map_;
+  std::shared_ptr<fs::MappedFile> map_;  // copy-on-write: a tensor written to in place never changes the file
   uint64_t data_offset_ = 0;
+  int64_t numel_ = 0;
   std::map<std::string, Entry> entries_;
   std::map<std::string, std::string> metadata_;
 };

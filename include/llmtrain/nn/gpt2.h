@@ -19,33 +19,10 @@
 #include <utility>
 #include <vector>
 
+#include "llmtrain/nn/gpt2_config.h"
 #include "llmtrain/ops/embedding.h"
 
 namespace llmtrain::nn {
-
-/// Shape of a GPT-2 model, with Hugging Face's presets.
-///   auto cfg = llmtrain::nn::GPT2Config::preset("gpt2").dropout(0.1);
-struct GPT2Config {
-  TORCH_ARG(int64_t, vocab_size) = 50257;
-  TORCH_ARG(int64_t, block_size) = 1024;  // longest sequence (positions)
-  TORCH_ARG(int64_t, n_layer) = 12;
-  TORCH_ARG(int64_t, n_head) = 12;
-  TORCH_ARG(int64_t, n_embd) = 768;
-  TORCH_ARG(double, dropout) = 0.0;  // embedding, attention and residual dropout
-  TORCH_ARG(double, layer_norm_eps) = 1e-5;
-
- public:  // TORCH_ARG leaves the struct in private mode
-  /// "tiny" (2 layers, 4 heads, 64 wide, 128 positions; for tests), "gpt2" (124M), "gpt2-medium"
-  /// (350M), "gpt2-large" (774M), "gpt2-xl" (1558M). Throws llmtrain::Error for other names.
-  static GPT2Config preset(const std::string& name);
-  static std::vector<std::string> preset_names();
-
-  /// vocab_size rounded up to a multiple of 128: the rows of the token embedding.
-  int64_t padded_vocab_size() const;
-  int64_t head_dim() const { return n_embd() / n_head(); }
-  /// Throws llmtrain::Error naming the first field that is out of range.
-  void validate() const;
-};
 
 /// Keys and values a GPT2 keeps between calls when it generates token by token: per layer, (B, H,
 /// capacity, D) in the model's dtype. GPT2::prefill writes the prompts' positions, GPT2::decode one

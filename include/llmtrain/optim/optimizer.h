@@ -19,20 +19,9 @@
 #include <vector>
 
 #include "llmtrain/core/host_copy.h"
-#include "llmtrain/optim/schedule.h"
+#include "llmtrain/optim/options.h"
 
 namespace llmtrain::optim {
-
-enum class Precision { kFP32, kBF16, kFP16, kBF16Master };
-
-/// Parses "fp32", "bf16", "fp16" or "bf16-master"; throws llmtrain::Error naming the value otherwise.
-Precision parse_precision(const std::string& name);
-
-/// How the fp16 loss scale starts and moves.
-struct GradScalerOptions {
-  double init_scale = 65536.0, growth_factor = 2.0, backoff_factor = 0.5;
-  int64_t growth_interval = 2000;
-};
 
 /// Dynamic loss scaling for fp16: the loss is multiplied by the scale before backward; a step whose
 /// unscaled gradients hold inf or nan is skipped and the scale multiplied by backoff_factor; after
@@ -62,20 +51,6 @@ void split_decay(const std::vector<torch::Tensor>& params, std::vector<torch::Te
 
 /// The global L2 norm of all gradients (float32, on the gradients' device); missing gradients count 0.
 torch::Tensor global_grad_norm(const std::vector<torch::Tensor>& params);
-
-/// Everything the optimizer loop needs.
-struct OptimizerOptions {
-  LRSchedule schedule;
-  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
-  double weight_decay = 0.1;
-  double grad_clip = 1.0;  // <= 0: no clipping (the norm is still measured)
-  Precision precision = Precision::kFP32;
-  // bf16-master: the bf16 copies are rounded stochastically from the masters (as llm.c rounds them),
-  // with bits drawn from (seed, step, tensor, element): a resumed run rounds as an unbroken one.
-  bool stochastic_rounding = true;
-  uint64_t seed = 0;
-  GradScalerOptions scaler;
-};
 
 /// What one step did.
 struct StepInfo {

@@ -18,6 +18,8 @@ class SentencePiece final : public Tokenizer {
  public:
   /// Throws llmtrain::Error naming the file when it is missing or not a SentencePiece model.
   explicit SentencePiece(const std::string& model_path);
+  /// The model serialized in `model_bytes` (a .model file's content); `name` names it in errors.
+  SentencePiece(const std::string& name, const std::string& model_bytes);
   ~SentencePiece() override;
 
   /// With `allow_special`, the end-of-sequence piece's text (e.g. "</s>") becomes its id.
@@ -42,9 +44,12 @@ struct SentencePieceTrainOptions {
   bool byte_fallback = true;         // unknown characters become byte pieces, never <unk>
   int64_t max_sentences = 0;         // 0: every line; else a random sample of this many
   int64_t max_line_bytes = 1 << 16;  // longer lines are skipped (SentencePiece's own default: 4192)
+  bool force = false;                // replace existing <prefix>.model / .vocab files
 };
 
-/// Trains a new SentencePiece model. Throws llmtrain::Error naming the option or file at fault.
+/// Trains a new SentencePiece model into <prefix>.model and <prefix>.vocab (each written beside its name
+/// and renamed over it; existing ones only with `force`). Throws llmtrain::Error naming the option or
+/// file at fault.
 ///   llmtrain::tokenizer::train_sentencepiece({.inputs = {"corpus.txt"}, .model_prefix = "out/sp"});
 void train_sentencepiece(const SentencePieceTrainOptions& options);
 

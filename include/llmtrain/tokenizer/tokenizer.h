@@ -34,6 +34,11 @@ class Tokenizer {
   virtual std::optional<int32_t> eot_id() const = 0;
 };
 
+/// The token ids in `text`, a JSON array of integers, each in [0, limit). Throws llmtrain::Error naming
+/// `what` and the first entry that is no such id (never wrapping a large number into range).
+///   auto ids = llmtrain::tokenizer::parse_ids("[15496, 995]", "--decode input", tok->vocab_size());
+std::vector<int32_t> parse_ids(std::string_view text, const std::string& what, int64_t limit);
+
 /// Loads a tokenizer by kind: "gpt2" reads a GPT-2 BPE folder (encoder.json + vocab.bpe or vocab.json +
 /// merges.txt; an empty `path` means $LLMTRAIN_GPT2_DIR, else $LLMTRAIN_DATA_DIR/gpt2);
 /// "sentencepiece" reads a SentencePiece .model file. Throws llmtrain::Error for other kinds and for

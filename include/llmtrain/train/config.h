@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "llmtrain/nn/gpt2.h"
-#include "llmtrain/optim/optimizer.h"
+#include "llmtrain/nn/gpt2_config.h"
+#include "llmtrain/optim/options.h"
 
 namespace llmtrain::train {
 

@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "llmtrain/core/fs.h"
 #include "llmtrain/dist/communicator.h"
 #include "llmtrain/dist/data_parallel.h"
 #include "llmtrain/dist/launch.h"
@@ -82,8 +83,8 @@ nn::GPT2 load_model(const std::string& path);
 
 /// Writes `model` alone (no optimizer state: a run starts from it, it does not resume) as a checkpoint
 /// folder that load_checkpoint_model, model.init_from and finetune_gpt2 --from read, with GPT-2's
-/// tokenizer in its config. Written beside `dir` and renamed into place.
-void save_model_checkpoint(nn::GPT2& model, const std::string& dir);
+/// tokenizer in its config, through fs::write_dir_atomic (`options`: what it may replace).
+void save_model_checkpoint(nn::GPT2& model, const std::string& dir, const fs::OutputOptions& options = {});
 
 /// The configuration a checkpoint was trained with; `path` as for load_checkpoint_model.
 TrainerConfig load_checkpoint_config(const std::string& path);
@@ -96,12 +97,19 @@ TrainerConfig load_checkpoint_config(const std::string& path);
 TrainerConfig finetune_config(const std::string& from, const std::string& config_path,
                               const std::vector<std::string>& overrides = {});
 
-/// What train_gpt2 and finetune_gpt2 do: refuse an out_dir that already holds a run unless `resume`;
-/// resume from its newest checkpoint when `resume` (from step 0 when it has none); print the run's
-/// shape (rank 0); train. Returns the number of the last step done. `comm`: the ranks of the run
-/// (dist::from_environment(): the mpirun job this process is in, or none); when one rank fails, it
-/// says why and ends every rank (Communicator::abort), so none waits for it forever.
-int64_t run_training(const TrainerConfig& config, bool resume,
+/// How run_training starts.
+struct RunOptions {
+  bool resume = false;  // continue from out_dir's newest complete checkpoint (from step 0 when it has none)
+  bool force = false;   // write into an out_dir that holds files of a run's names that llmtrain did not write
+};
+
+/// What train_gpt2 and finetune_gpt2 do: refuse an out_dir that already holds a run unless
+/// `options.resume`, and one that is not a run folder of llmtrain's but holds files of its names unless
+/// `options.force`; resume from its newest checkpoint when `options.resume` (from step 0 when it has
+/// none); print the run's shape (rank 0); train. Returns the number of the last step done. `comm`: the
+/// ranks of the run (dist::from_environment(): the mpirun or torchrun job this process is in, or none);
+/// when one rank fails, it says why and ends every rank (Communicator::abort), so none waits for it forever.
+int64_t run_training(const TrainerConfig& config, const RunOptions& options = {},
                      std::shared_ptr<dist::Communicator> comm = dist::from_environment());
 
 /// ZeRO-1's wiring: `opt` updates `dp`'s shard (built with shard_optimizer) and sums its norm over

@@ -1,0 +1,37 @@
+// What the optimizer loop is asked to do, apart from the loop itself (llmtrain/optim/optimizer.h), so
+// that configs are read and checked without LibTorch.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "llmtrain/optim/schedule.h"
+
+namespace llmtrain::optim {
+
+enum class Precision { kFP32, kBF16, kFP16, kBF16Master };
+
+/// Parses "fp32", "bf16", "fp16" or "bf16-master"; throws llmtrain::Error naming the value otherwise.
+Precision parse_precision(const std::string& name);
+
+/// How the fp16 loss scale starts and moves.
+struct GradScalerOptions {
+  double init_scale = 65536.0, growth_factor = 2.0, backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+};
+
+/// Everything the optimizer loop needs.
+struct OptimizerOptions {
+  LRSchedule schedule;
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;  // <= 0: no clipping (the norm is still measured)
+  Precision precision = Precision::kFP32;
+  // bf16-master: the bf16 copies are rounded stochastically from the masters (as llm.c rounds them),
+  // with bits drawn from (seed, step, tensor, element): a resumed run rounds as an unbroken one.
+  bool stochastic_rounding = true;
+  uint64_t seed = 0;
+  GradScalerOptions scaler;
+};
+
+}  // namespace llmtrain::optim

@@ -1,0 +1,16 @@
+// Test hooks for crash safety. With LLMTRAIN_FAILPOINT=name[,name...] set, a process that reaches one
+// of the named points of a write kills itself with SIGKILL, as a crash or the OOM killer would, so that
+// tests can check that every instant of a replace leaves a complete output. The name
+// "replace:no-exchange" instead makes write_dir_atomic take the two-rename path that filesystems
+// without an atomic exchange (NFS) get. Unset, each point is one getenv.
+#pragma once
+
+namespace llmtrain::detail {
+
+/// True when `name` is among LLMTRAIN_FAILPOINT's names.
+bool failpoint_set(const char* name);
+
+/// Kills this process (SIGKILL) when `name` is among LLMTRAIN_FAILPOINT's names.
+void failpoint(const char* name);
+
+}  // namespace llmtrain::detail
