@@ -368,10 +368,44 @@ void replace_dir(const std::string& fresh, const std::string& dir) {
   remove_tree(old);
 }
 
+namespace {
+
+// The folders a write of `target` left when a crash interrupted it: "<target>.tmp.PID.N" and
+// "<target>.old.PID.N" of a process that no longer runs. An old output renamed aside (the two-rename
+// path) is put back when `target` is missing; the rest are removed.
+void recover(const std::string& target) {
+  const std::string parent = parent_of(target), base = target.substr(target.rfind('/') + 1);
+  DIR* d = ::opendir(parent.c_str());
+  if (!d) return;
+  std::vector<std::pair<std::string, bool>> stale;  // (path, an old output)
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.size() <= base.size() + 5 || name.compare(0, base.size(), base) != 0) continue;
+    const std::string rest = name.substr(base.size());  // ".tmp.PID.N"
+    const bool old = rest.compare(0, 5, ".old.") == 0;
+    if (!old && rest.compare(0, 5, ".tmp.") != 0) continue;
+    const size_t dot = rest.find('.', 5);
+    if (dot == std::string::npos || rest.find_first_not_of("0123456789", 5) != dot ||
+        rest.find_first_not_of("0123456789", dot + 1) != std::string::npos || dot + 1 == rest.size())
+      continue;
+    const pid_t pid = pid_t(std::atol(rest.substr(5, dot - 5).c_str()));
+    if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;  // its writer may be running
+    stale.emplace_back(parent + "/" + name, old);
+  }
+  ::closedir(d);
+  for (const auto& [path, old] : stale) {
+    if (old && !exists(target) && is_our_output(path) && ::rename(path.c_str(), target.c_str()) == 0) continue;
+    remove_tree(path);
+  }
+}
+
+}  // namespace
+
 void write_dir_atomic(const std::string& dir, const std::string& kind, const OutputOptions& o,
                       const std::function<void(const std::string& tmp)>& fill) {
-  check_output(dir, o);
   const std::string target = strip_trailing_slashes(dir);
+  recover(target);
+  check_output(dir, o);
   const std::string tmp = temp_name(target, "tmp");
   make_dirs(tmp);
   try {

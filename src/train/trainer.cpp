@@ -59,9 +59,9 @@ torch::Device resolve_device(const std::string& name) {
   return cuda ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
 }
 
-// Dense bf16 tensor-core FLOP/s of the GPU, the denominator of MFU: $LLMTRAIN_PEAK_TFLOPS when set,
-// else the datasheet figure of known parts, else 0 (MFU not reported).
-double gpu_peak_flops(torch::Device device) {
+// Dense bf16 tensor-core FLOP/s of the device, the denominator of MFU: $LLMTRAIN_PEAK_TFLOPS when set
+// (on any device), else the datasheet figure of known GPUs, else 0 (MFU not reported).
+double peak_flops(torch::Device device) {
   if (const char* env = std::getenv("LLMTRAIN_PEAK_TFLOPS")) {
     char* end = nullptr;
     const double tflops = std::strtod(env, &end);
@@ -70,6 +70,7 @@ double gpu_peak_flops(torch::Device device) {
                    "\" is not the GPU's peak in TFLOP/s (a positive number)");
     return tflops * 1e12;
   }
+  if (!device.is_cuda()) return 0;
 #if LLMTRAIN_WITH_CUDA
   const std::string name = at::cuda::getDeviceProperties(device.index() < 0 ? 0 : device.index())->name;
   for (const auto& [part, tflops] : {std::pair{"H100", 989.4}, {"H200", 989.4}, {"H800", 989.4}, {"A100", 312.0}})
@@ -279,7 +280,7 @@ struct Trainer::Impl {
   std::unique_ptr<data::SFTDataset> sft_train, sft_val;  // read by the loaders below (SFT runs)
   std::unique_ptr<data::BatchSource> train, val;
   int64_t accum = 1;
-  double peak_flops = 0;  // of the GPU, for MFU; 0: unknown
+  double peak_flops = 0;  // of the device, for MFU; 0: unknown
   int64_t step = 0;
   int64_t saved_step = -1;    // the step of the newest checkpoint written or resumed from
   double elapsed_before = 0;  // seconds of earlier runs (resumed)
@@ -459,6 +460,7 @@ Trainer::Trainer(TrainerConfig config, std::shared_ptr<dist::Communicator> comm)
   }
 
   check_memory(c, d.device, d.world);
+  d.peak_flops = peak_flops(d.device);
   torch::manual_seed(c.train.seed);
   d.model = nn::GPT2(c.model.gpt2());
   if (!c.model.init_from.empty()) d.load_initial_weights(c.model.init_from);
@@ -476,7 +478,6 @@ Trainer::Trainer(TrainerConfig config, std::shared_ptr<dist::Communicator> comm)
   d.train = d.make_source(c.data.train, c.data.shuffle, d.sft_train);
   // Evaluation always reads the same batches: the val data (else the train data) in file order.
   d.val = d.make_source(c.data.val.empty() ? c.data.train : c.data.val, false, d.sft_val);
-  if (d.device.is_cuda()) d.peak_flops = gpu_peak_flops(d.device);
 
   if (d.rank == 0) {
     check_run_folder(c, /*force=*/false);
