@@ -4,10 +4,15 @@
 # training step, and the GPT-2 124M reference run of ../shared/ENVIRONMENT.md. Each part writes its log
 # into LOGDIR and a line to LOGDIR/summary.txt.
 #   scripts/gpu_check.sh [LOGDIR] [PART...]   PART: build tests kernels train generate profile converge
-#                                             seeds hfgen (default all but seeds and hfgen)
+#                                             seeds hfgen sanitize flaky (default all but seeds, hfgen,
+#                                             sanitize and flaky)
 # BENCH_TRAIN_ARGS adds arguments to bench_train (e.g. "--without layer_norm --with mlp"). `seeds` runs the
 # reference once for each seed in CONVERGE_SEEDS (default "1337 1 2 3 4 5"), without checkpoints, and says
-# each one's last val loss: how far the seed alone moves it. `hfgen` takes the model `converge` trained,
+# each one's last val loss: how far the seed alone moves it. `sanitize` runs every *_CUDA test under
+# compute-sanitizer's memcheck, racecheck, synccheck and initcheck at once (llmtrain's kernels
+# checked; SANITIZE_TIMEOUT seconds each, default 420) and says what each reported. `flaky` runs the
+# layer-norm kernel test under load (FLAKY_JOBS copies at a time, FLAKY_REPEAT shuffled repeats each,
+# every repeat with new inputs) and counts the failures. `hfgen` takes the model `converge` trained,
 # exports it as a Hugging Face folder and compares 64 greedy tokens in bf16 on the GPU: generate_gpt2's
 # (KV cache, CUDA graph; from the native checkpoint and from the folder) against transformers'.
 set -uo pipefail
@@ -75,6 +80,33 @@ PY
           --set checkpoint.every=0 --set out_dir=runs/seed_$seed
         say "seed $seed: $(grep -E 'val loss' "$log/seed_$seed.log" | tail -1)"
       done ;;
+    sanitize)
+      bin=build/bin/llmtrain_tests
+      filter=${SANITIZE_FILTER:-*_CUDA}
+      pids=()
+      for tool in memcheck racecheck synccheck initcheck; do
+        extra=()
+        [ $tool = initcheck ] && extra=(--track-unused-memory no)
+        ( timeout "${SANITIZE_TIMEOUT:-420}" compute-sanitizer --tool $tool --kernel-name kns=llmtrain \
+            --error-exitcode 3 "${extra[@]}" $bin --gtest_filter="$filter" >"$log/sanitize_$tool.log" 2>&1
+          echo "[sanitize $tool] exit $?" >>"$log/summary.txt" ) &
+        pids+=($!)
+      done
+      wait "${pids[@]}"
+      for tool in memcheck racecheck synccheck initcheck; do
+        say "[sanitize $tool] $(grep -E '(ERROR|RACECHECK|INITCHECK|SYNCCHECK) SUMMARY|tests passed|PASSED|FAILED' "$log/sanitize_$tool.log" | tr '\n' ' ')"
+      done ;;
+    flaky)
+      pids=()
+      for j in $(seq 1 "${FLAKY_JOBS:-6}"); do
+        ( build/bin/llmtrain_tests --gtest_filter='OpsLayerNorm.KernelsMatchReference_CUDA' --gtest_shuffle \
+            --gtest_random_seed=$((j * 1000)) --gtest_repeat="${FLAKY_REPEAT:-20}" >"$log/flaky_$j.log" 2>&1 ) &
+        pids+=($!)
+      done
+      wait "${pids[@]}"
+      say "[flaky] runs: $(cat "$log"/flaky_*.log | grep -c '^\[ RUN')" \
+          "failed: $(cat "$log"/flaky_*.log | grep -c '^\[  FAILED  \] OpsLayerNorm.KernelsMatchReference_CUDA (')"
+      grep -h -B2 -A6 'Failure' "$log"/flaky_*.log | head -60 >"$log/flaky_failures.txt" ;;
     *) say "unknown part $part"; exit 2 ;;
   esac
 done

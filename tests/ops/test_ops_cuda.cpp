@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <array>
+#include <map>
 #include <utility>
 
 #include "llmtrain/ops/adamw.h"
@@ -19,6 +20,7 @@
 #include "test_util.h"
 
 namespace ops = llmtrain::ops;
+namespace fs = llmtrain::fs;
 
 namespace {
 
@@ -240,21 +242,32 @@ TEST(OpsAdamW, NonFiniteGradientMakesTheFusedStepANoOp_CUDA) {
   llmtrain::testing::expect_error([&] { c.step(1, 1.0, 1.0); }, {"grads[4]", "contiguous"});
 }
 
+// The inputs are seeded (from gtest's random seed: 0 in a plain run, a new one each --gtest_repeat with
+// --gtest_shuffle), so a failure reproduces with --gtest_random_seed, and a failing case's tensors are
+// saved. Rows of few elements are sometimes nearly constant; there float32's rounding of the mean
+// (which backward reads back) costs any float32 layer norm, ATen's too, far more than DESIGN.md's
+// relative tolerance, which assumes well-conditioned rows: unseeded, such a draw made this test fail
+// now and then (docs/DEVELOPMENT.md). So a result passes within that tolerance or within twice the
+// error ATen makes in the same precision on the same inputs (DESIGN.md's rule for fused kernels).
 TEST(OpsLayerNorm, KernelsMatchReference_CUDA) {
   LLMTRAIN_SKIP_WITHOUT_CUDA();
+  const uint64_t seed = uint64_t(::testing::UnitTest::GetInstance()->random_seed());
   const std::pair<torch::Dtype, torch::Dtype> types[] = {{torch::kFloat, torch::kFloat},
                                                          {torch::kBFloat16, torch::kBFloat16},
                                                          {torch::kBFloat16, torch::kFloat},
                                                          {torch::kHalf, torch::kHalf}};
   // 3 and 7: element by element; 64, 768, 1600: packed (1, 3 and 7 packs a lane); 1104: packed for
   // 16-bit types, beyond the element path for float32 (ATen); 4096: wider than the kernels (ATen).
+  int64_t case_index = 0;
   for (const auto& [xt, wt] : types)
     for (int64_t C : {3, 7, 64, 768, 1104, 1600, 4096})
       for (int64_t rows : kRows)
         for (const bool fused : {false, true}) {
           if (C >= 1600 && rows > 113) continue;  // keep the float64 reference quick
+          torch::manual_seed(seed * 1000003 + uint64_t(case_index++));
           SCOPED_TRACE(testing::Message() << xt << "/" << wt << " rows " << rows << " C " << C
-                                          << (fused ? " with the residual add" : ""));
+                                          << (fused ? " with the residual add" : "") << ", seed " << seed << " case "
+                                          << case_index - 1);
           const auto x = (2 * torch::randn({rows, C}, torch::kDouble) + 0.5).to(xt);
           const auto delta = torch::randn({rows, C}, torch::kDouble).to(xt);
           const auto w = (1 + 0.3 * torch::randn({C}, torch::kDouble)).to(wt),
@@ -269,6 +282,24 @@ TEST(OpsLayerNorm, KernelsMatchReference_CUDA) {
           torch::autograd::backward(fused ? std::vector<torch::Tensor>{ry, rh} : std::vector<torch::Tensor>{ry},
                                     fused ? std::vector<torch::Tensor>{dy.to(torch::kDouble), dh.to(torch::kDouble)}
                                           : std::vector<torch::Tensor>{dy.to(torch::kDouble)});
+          // ATen in the same precision on the GPU, where it takes these dtypes: the error any layer norm
+          // of this precision makes on these rows.
+          std::map<std::string, double> aten_error;
+          if (xt == wt) {
+            auto ax = x.to(torch::kCUDA).requires_grad_(), ad = delta.to(torch::kCUDA).requires_grad_();
+            auto aw = w.to(torch::kCUDA).requires_grad_(), ab = b.to(torch::kCUDA).requires_grad_();
+            const auto ah = fused ? ax + ad : ax;
+            const auto ay = at::layer_norm(ah, {C}, aw, ab);
+            torch::autograd::backward(fused ? std::vector<torch::Tensor>{ay, ah} : std::vector<torch::Tensor>{ay},
+                                      fused ? std::vector<torch::Tensor>{dy.cuda(), dh.cuda()}
+                                            : std::vector<torch::Tensor>{dy.cuda()});
+            const auto err = [](const torch::Tensor& got, const torch::Tensor& want) {
+              return (got.to(torch::kCPU, torch::kDouble) - want).abs().max().item<double>();
+            };
+            aten_error = {{"y", err(ay, ry.detach())}, {"dx", err(ax.grad(), rx.grad())},
+                          {"dweight", err(aw.grad(), rw.grad())}, {"dbias", err(ab.grad(), rb.grad())}};
+            if (fused) aten_error["ddelta"] = err(ad.grad(), rd.grad());
+          }
           // Kernels: x transposed twice, so the op sees a non-contiguous (rows, C) view.
           auto gx = x.to(torch::kCUDA).t().contiguous().t().requires_grad_();
           auto gd = delta.to(torch::kCUDA).requires_grad_();
@@ -279,10 +310,13 @@ TEST(OpsLayerNorm, KernelsMatchReference_CUDA) {
               fused ? std::vector<torch::Tensor>{gy, gh} : std::vector<torch::Tensor>{gy},
               fused ? std::vector<torch::Tensor>{dy.cuda(), dh.cuda()} : std::vector<torch::Tensor>{dy.cuda()});
           const double tol = tolerance(xt);
+          bool failed = false;
           const auto near = [&](const torch::Tensor& got, const torch::Tensor& want, const char* what) {
             const auto g = got.to(torch::kCPU, torch::kDouble);
-            EXPECT_TRUE(torch::allclose(g, want, tol, 1e-5 + tol * want.abs().max().item<double>()))
-                << what << " max diff " << (g - want).abs().max().item<double>();
+            const double error = (g - want).abs().max().item<double>(), aten = aten_error.count(what) ? aten_error[what] : 0;
+            const bool ok = torch::allclose(g, want, tol, 1e-5 + tol * want.abs().max().item<double>()) || error <= 2 * aten;
+            EXPECT_TRUE(ok) << what << " max diff " << error << " (ATen's in the same precision: " << aten << ")";
+            failed = failed || !ok;
           };
           near(gy, ry.detach(), "y");
           if (fused) {
@@ -292,6 +326,11 @@ TEST(OpsLayerNorm, KernelsMatchReference_CUDA) {
           near(gx.grad(), rx.grad(), "dx");
           near(gw.grad(), rw.grad(), "dweight");
           near(gb.grad(), rb.grad(), "dbias");
+          if (failed) {  // the case, to reproduce it alone
+            const std::string path = fs::make_temp_dir("llmtrain_layer_norm_case_") + "/inputs.pt";
+            torch::save(std::vector<torch::Tensor>{x, delta, w, b, dy, dh}, path);
+            ADD_FAILURE() << "inputs (x, delta, weight, bias, dy, dh) saved to " << path;
+          }
         }
 }
 
