@@ -306,6 +306,58 @@ struct Trainer::Impl {
     if (device.is_cuda()) rng.push_back(at::globalContext().defaultGenerator(device).get_state());
     return rng;
   }
+  // Every rank's rng_states(), rank 0's first: what a checkpoint keeps, since each rank draws its own
+  // dropout masks. A collective: every rank calls it. (The states travel as int64, which every
+  // communicator carries.)
+  std::vector<torch::Tensor> all_rng_states() const {
+    std::vector<torch::Tensor> mine = rng_states();
+    if (world == 1) return mine;
+    std::vector<int64_t> sizes;
+    for (const auto& t : mine) sizes.push_back(t.numel());
+    torch::Tensor bytes = torch::cat(mine);
+    const int64_t n = (bytes.numel() + 7) / 8;
+    torch::Tensor packed = torch::zeros({n * 8}, torch::kByte);
+    packed.narrow(0, 0, bytes.numel()).copy_(bytes);
+    torch::Tensor all = torch::empty({int64_t(world) * n}, torch::kLong);
+    comm->all_gather(packed.view(torch::kLong), all);
+    std::vector<torch::Tensor> out;
+    for (int r = 0; r < world; ++r) {
+      const torch::Tensor rank_bytes = all.narrow(0, r * n, n).view(torch::kByte);
+      int64_t at = 0;
+      for (const int64_t size : sizes) {
+        out.push_back(rank_bytes.narrow(0, at, size).clone());
+        at += size;
+      }
+    }
+    return out;
+  }
+
+  // Restores this rank's generators from what all_rng_states() saved. A checkpoint of another number
+  // of ranks (or of one, from before each rank kept its own) gives rank 0 its first rank's states and
+  // seeds the others' afresh: training goes on, though not bit for bit as an unbroken run.
+  void restore_rng_states(const std::vector<torch::Tensor>& saved, const std::string& dir) {
+    const size_t k = rng_states().size();
+    LLMTRAIN_CHECK(!saved.empty() && saved.size() % k == 0, "checkpoint ", dir, ": rng.pt holds ", saved.size(),
+                   " generator states, not a multiple of the ", k, " each rank of this run keeps");
+    const size_t ranks = saved.size() / k;
+    if (ranks == size_t(world)) {
+      set_rng_states({saved.begin() + long(rank * k), saved.begin() + long((rank + 1) * k)});
+      return;
+    }
+    set_rng_states({saved.begin(), saved.begin() + long(k)});
+    if (rank > 0) seed_rank_generators();
+    if (rank == 0)
+      std::printf("checkpoint %s holds the random generators of %zu rank(s), this run has %d: the ranks past the first "
+                  "draw from fresh seeds (the run goes on, not bit for bit as an unbroken one)\n",
+                  dir.c_str(), ranks, world);
+  }
+
+  // Ranks past the first draw their dropout masks from generators of their own (rank 0 keeps the
+  // seed's, so one rank trains as a single process does).
+  void seed_rank_generators() const {
+    torch::manual_seed(cfg.train.seed ^ (0x9E3779B97F4A7C15ull * uint64_t(rank)));
+  }
+
   void set_rng_states(const std::vector<torch::Tensor>& rng) const {
     const auto restore = [](at::Generator gen, const torch::Tensor& s) {  // a handle: shares the default one
       std::lock_guard<std::mutex> lock(gen.mutex());
@@ -485,6 +537,7 @@ Trainer::Trainer(TrainerConfig config, std::shared_ptr<dist::Communicator> comm)
     if (!fs::is_our_output(c.out_dir)) fs::mark_output(c.out_dir, "run");
     fs::write_file_atomic(c.out_dir + "/config.json", c.to_json());
   }
+  if (d.rank > 0) d.seed_rank_generators();
   g_stop = false;
   struct sigaction sa{};
   sa.sa_handler = on_stop_signal;
@@ -678,6 +731,7 @@ void shard_optimizer(optim::MixedPrecisionOptimizer& opt, dist::DataParallel& dp
 void Trainer::save_checkpoint() {
   Impl& d = *impl_;
   d.saved_step = d.step;  // on every rank, so that all agree on whether a save is due (a failed one throws)
+  const std::vector<torch::Tensor> rng = d.all_rng_states();  // every rank takes part
   const bool sharded = d.opt->sharded();
   if (d.rank != 0 && !sharded) {  // rank 0 writes; the others wait so that no rank runs ahead of a checkpoint
     d.comm->barrier();
@@ -710,7 +764,7 @@ void Trainer::save_checkpoint() {
       save_torch(d.opt->adamw(), tmp + "/optimizer.pt");
       if (masters) save_torch(d.opt->master_params(), tmp + "/master.pt");
     }
-    save_torch(d.rng_states(), tmp + "/rng.pt");
+    save_torch(rng, tmp + "/rng.pt");
     llmtrain::detail::failpoint("checkpoint:tensors-written");
     const auto loader = d.train->state();
     detail::CheckpointState state;
@@ -790,7 +844,7 @@ bool Trainer::resume_if_possible() {
   load("rng.pt", [&](const std::string& p) {
     std::vector<torch::Tensor> rng;
     torch::load(rng, p);
-    d.set_rng_states(rng);
+    d.restore_rng_states(rng, dir);
   });
   d.step = state.step;
   d.elapsed_before = state.elapsed_s;

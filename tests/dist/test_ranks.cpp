@@ -5,6 +5,7 @@
 // rank runs every test, making the same collective calls in order. RanksKilledRank runs only under
 // tests/dist/killed_rank.sh.
 #include <gtest/gtest.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -56,6 +57,52 @@ TEST(Ranks, TwoRanksOnHalfBatchesTrainAsOneProcessWithTwoAccumulationSteps) {
       EXPECT_TRUE(torch::equal(sum, 2 * mine)) << p.key() << ": the ranks hold different weights";
     }
   }
+}
+
+// Each rank draws its own dropout masks (rank 0 as a single process would), and a checkpoint keeps
+// every rank's generators: a run stopped and resumed takes the losses of the unbroken run to the bit.
+TEST(Ranks, EachRankDrawsItsOwnDropoutAndResumesItExactly) {
+  const auto comm = world();
+  ASSERT_EQ(comm->world_size(), 2);
+  // One out_dir for both ranks (rank 0's temporary folder; its name sent over as int64 characters).
+  llmtrain::testing::RunFolder run;
+  torch::Tensor name = torch::zeros({256}, torch::kLong);
+  for (size_t i = 0; i < run.dir.path.size(); ++i) name[int64_t(i)] = int64_t(run.dir.path[i]);
+  comm->broadcast(name, 0);
+  std::string shared;
+  for (int64_t i = 0; i < 256 && name[i].item<int64_t>() != 0; ++i) shared += char(name[i].item<int64_t>());
+  const auto config = [&](const std::string& out) {
+    return run.config("unused", {"model.dropout=0.2", "train.max_steps=6", "train.schedule=constant",
+                                 "checkpoint.every=0", "out_dir=" + shared + "/" + out});
+  };
+  const auto losses = [&](llmtrain::train::Trainer& t, int64_t stop_at) {
+    std::vector<double> out;
+    t.on_step([&](const llmtrain::train::StepRecord& r) {
+      out.push_back(r.loss);
+      if (r.step == stop_at) t.request_stop();
+    });
+    t.run();
+    return out;
+  };
+  std::vector<double> full;
+  {
+    llmtrain::train::Trainer t(config("full"), comm);
+    full = losses(t, -1);
+  }
+  // The ranks' generators differ: each drew other masks.
+  torch::Tensor state = at::detail::getDefaultCPUGenerator().get_state().to(torch::kLong);
+  torch::Tensor other = state.clone();
+  comm->broadcast(other, 0);
+  if (comm->rank() == 1) EXPECT_FALSE(torch::equal(state, other)) << "both ranks drew the same dropout masks";
+  {
+    llmtrain::train::Trainer t(config("split"), comm);
+    EXPECT_EQ(losses(t, 3).size(), 3u);  // stops after step 3 and checkpoints every rank's generators
+  }
+  llmtrain::train::Trainer t(config("split"), comm);
+  ASSERT_TRUE(t.resume_if_possible());
+  const auto rest = losses(t, -1);
+  ASSERT_EQ(rest.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(rest[i], full[3 + i]) << "step " << 4 + i;
 }
 
 // Buckets from the last parameter back, a new one past bucket_bytes; gradients accumulated over two
