@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 LLMTRAIN_DATA_DIR ?= $(wildcard $(abspath $(CURDIR)/../shared/data))
 export LLMTRAIN_DATA_DIR
 
-.PHONY: build test demo clean
+.PHONY: build test demo fuzz clean
 
 build:
 	bash scripts/setup.sh
@@ -16,6 +16,13 @@ test: build
 # The main job: tokenizer, shards, a small GPT-2 trained and sampled (see scripts/demo.sh; CORPUS=path).
 demo: build
 	bash scripts/demo.sh
+
+# The parsers' fuzz targets (built by `make build` with clang), each for FUZZ_SECONDS (default 300):
+# longer than the smoke run of `make test`. A finding is saved and named.
+FUZZ_SECONDS ?= 300
+fuzz: build
+	@set -e; for f in build/fuzz/fuzz_*; do \
+	  bash tests/fuzz/run.sh $$f $${f##*/fuzz_} $(FUZZ_SECONDS) build/fuzz/runs/$${f##*/fuzz_}; done
 
 clean:
 	rm -rf build

@@ -30,6 +30,9 @@ have_header sentencepiece_processor.h || missing+=(libsentencepiece-dev)
 have_header gtest/gtest.h || missing+=(libgtest-dev libgmock-dev)
 have_header benchmark/benchmark.h || missing+=(libbenchmark-dev)
 have_header CLI/CLI.hpp || missing+=(libcli11-dev)
+# clang with libFuzzer and the sanitizers builds the parsers' fuzz targets (tests/fuzz); without it they are skipped.
+printf 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }\n' |
+  clang++ -fsanitize=fuzzer,address,undefined -x c++ - -o /dev/null >/dev/null 2>&1 || missing+=(clang libclang-rt-14-dev)
 
 # A machine that cannot install (offline, no apt, not root) goes on with what it has: what is truly
 # required then fails at configure time with CMake's message naming it.

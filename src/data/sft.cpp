@@ -1,91 +1,20 @@
 #include "llmtrain/data/sft.h"
 
-#include "jsonl.h"
+#include "sft_windows.h"
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/types.h"
 #include "permutation.h"
 
 namespace llmtrain::data {
-namespace {
-
-constexpr int64_t kIgnore = kIgnoreIndex;
-
-struct Example {
-  std::vector<int64_t> inputs, targets;  // (L) each, targets already masked
-};
-
-}  // namespace
 
 SFTDataset::SFTDataset(const tokenizer::Tokenizer& tok, SFTOptions options) : o_(std::move(options)) {
-  const int64_t T = o_.seq_len;
-  LLMTRAIN_CHECK(T > 0, "SFT: seq_len must be positive, got ", T);
-  const auto eot = tok.eot_id();
-  LLMTRAIN_CHECK(eot.has_value(), "SFT: the tokenizer has no end-of-text id to end examples with");
-  detail::LineReader in(o_.path, "SFT");
-  std::vector<Example> examples;
-  std::string line;
-  while (in.next(line)) {
-    const std::string where = o_.path + ":" + std::to_string(in.line_no());
-    const auto j = detail::parse_object("SFT", line, where, o_.skip_bad_lines, skipped_lines_);
-    if (!j) continue;
-    std::vector<int32_t> prompt, completion;
-    try {
-      if (j->contains(o_.prompt_field) || j->contains(o_.completion_field)) {
-        const auto p = detail::string_field("SFT", *j, o_.prompt_field, where, o_.skip_bad_lines, skipped_lines_);
-        const auto c = p ? detail::string_field("SFT", *j, o_.completion_field, where, o_.skip_bad_lines, skipped_lines_)
-                         : std::nullopt;
-        if (!c) continue;
-        prompt = tok.encode(*p);
-        completion = tok.encode(*c);
-      } else {
-        const auto t = detail::string_field("SFT", *j, o_.text_field, where, o_.skip_bad_lines, skipped_lines_);
-        if (!t) continue;
-        completion = tok.encode(*t);  // plain text: every token is trained on
-      }
-    } catch (const llmtrain::Error& e) {
-      detail::bad_line("SFT", where, e.what(), o_.skip_bad_lines, skipped_lines_);
-      continue;
-    }
-    ++examples_;
-    // tokens = prompt + completion + eot; target k is token k + 1, trained when that token is not prompt.
-    std::vector<int64_t> tokens(prompt.begin(), prompt.end());
-    tokens.insert(tokens.end(), completion.begin(), completion.end());
-    tokens.push_back(*eot);
-    if (int64_t(tokens.size()) > T + 1) {
-      tokens.resize(size_t(T + 1));
-      ++truncated_;
-    }
-    Example ex;
-    for (size_t k = 0; k + 1 < tokens.size(); ++k) {
-      ex.inputs.push_back(tokens[k]);
-      ex.targets.push_back(k + 1 < prompt.size() ? kIgnore : tokens[k + 1]);
-    }
-    if (std::all_of(ex.targets.begin(), ex.targets.end(), [](int64_t t) { return t == kIgnore; })) {
-      ++dropped_;
-      continue;
-    }
-    examples.push_back(std::move(ex));
-  }
-  LLMTRAIN_CHECK(!examples.empty(), "SFT: ", o_.path, " holds no example with a completion token within seq_len ", T,
-                 " (", examples_, " examples read, ", dropped_, " dropped, ", skipped_lines_, " lines skipped)");
-
-  // Lay examples into windows; padding has input end-of-text and target -100.
-  std::vector<int64_t> in_w, tg_w;
-  const auto close_window = [&] {
-    if (in_w.empty()) return;
-    in_w.resize(size_t(T), *eot);
-    tg_w.resize(size_t(T), kIgnore);
-    inputs_.push_back(std::move(in_w));
-    targets_.push_back(std::move(tg_w));
-    in_w.clear();
-    tg_w.clear();
-  };
-  for (const auto& ex : examples) {
-    if (!o_.pack || int64_t(in_w.size() + ex.inputs.size()) > T) close_window();
-    in_w.insert(in_w.end(), ex.inputs.begin(), ex.inputs.end());
-    tg_w.insert(tg_w.end(), ex.targets.begin(), ex.targets.end());
-  }
-  close_window();
+  detail::SFTWindows w = detail::read_sft_windows(tok, o_);
+  inputs_ = std::move(w.inputs);
+  targets_ = std::move(w.targets);
+  examples_ = w.examples;
+  truncated_ = w.truncated;
+  dropped_ = w.dropped;
+  skipped_lines_ = w.skipped_lines;
 }
 
 Batch SFTDataset::batch(const std::vector<int64_t>& indices) const {

@@ -5,9 +5,12 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <cstdint>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <new>
+#include <string_view>
 #include <unordered_map>
 
 namespace llmtrain::tokenizer::detail {
@@ -30,8 +33,103 @@ R guarded(std::string* error, R fallback, F&& body) {
   return fallback;
 }
 
+// ---- What libsentencepiece takes on trust --------------------------------------------------------
+// A model's normalizer tables (precompiled_charsmap: a darts-clone double-array trie, then the
+// replacement strings) are followed without bounds checks when text is normalised, so a corrupt one
+// reads outside its memory (found by the fuzzer). They are checked here first, from the model's
+// protobuf wire format: ModelProto field 3 (normalizer_spec) and 5 (denormalizer_spec), each a
+// NormalizerSpec whose field 2 is the table.
+
+// Reads a varint at p (advancing it); false past `end` or beyond 64 bits.
+bool read_varint(const unsigned char*& p, const unsigned char* end, uint64_t* v) {
+  *v = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    if (p == end) return false;
+    const unsigned char b = *p++;
+    *v |= uint64_t(b & 0x7F) << shift;
+    if (!(b & 0x80)) return true;
+  }
+  return false;
+}
+
+// Calls f(field, bytes) for each length-delimited field of the message [p, end); false when the wire
+// format is broken (libsentencepiece's parser then refuses the model anyway).
+template <typename F>
+bool each_bytes_field(const unsigned char* p, const unsigned char* end, F&& f) {
+  while (p < end) {
+    uint64_t key = 0, v = 0;
+    if (!read_varint(p, end, &key)) return false;
+    switch (key & 7) {
+      case 0: if (!read_varint(p, end, &v)) return false; break;
+      case 1: if (end - p < 8) return false; p += 8; break;
+      case 5: if (end - p < 4) return false; p += 4; break;
+      case 2:
+        if (!read_varint(p, end, &v) || v > uint64_t(end - p)) return false;
+        f(key >> 3, std::string_view(reinterpret_cast<const char*>(p), size_t(v)));
+        p += v;
+        break;
+      default: return false;
+    }
+  }
+  return true;
+}
+
+uint32_t le32(const char* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// "" when the table is safe to follow: every trie node's children (its offset XOR any byte) and every
+// leaf's value lie inside the table, and the replacement strings end with a NUL. (Darts-clone units:
+// bit 8 has a leaf, bit 9 and bits 10-31 the offset, bit 31 and bits 0-7 the label, bits 0-30 a value.)
+std::string check_charsmap(std::string_view blob) {
+  if (blob.empty()) return "";
+  if (blob.size() < 4) return "shorter than its 4-byte length";
+  const uint64_t trie_bytes = le32(blob.data());
+  if (trie_bytes > blob.size() - 4 || trie_bytes % 4 != 0) return "its trie length does not fit the table";
+  const uint64_t units = trie_bytes / 4;
+  const std::string_view strings = blob.substr(4 + trie_bytes);
+  if (!strings.empty() && strings.back() != '\0') return "its replacement strings do not end with a NUL";
+  const char* trie = blob.data() + 4;
+  const auto offset = [](uint32_t u) { return uint64_t(u >> 10) << ((u & (1u << 9)) >> 6); };
+  for (uint64_t i = 0; i < units; ++i) {
+    const uint32_t u = le32(trie + 4 * i);
+    // A unit with bit 31 set holds a leaf's value: its label matches no byte, so no search passes through
+    // it (but the root, where every search starts).
+    if (i != 0 && (u >> 31)) continue;
+    const uint64_t base = i ^ offset(u);
+    if ((base | 0xFF) >= units) return "a trie node points outside the trie";
+    if (u & (1u << 8)) {  // has a leaf: its value is a place in the replacement strings
+      const uint32_t leaf = le32(trie + 4 * base);
+      if ((leaf & 0x7FFFFFFFu) >= strings.size()) return "a trie leaf points outside the replacement strings";
+    }
+  }
+  return "";
+}
+
+std::string check_normalizers(const char* bytes, size_t size) {
+  std::string problem;
+  const auto* p = reinterpret_cast<const unsigned char*>(bytes);
+  each_bytes_field(p, p + size, [&](uint64_t field, std::string_view spec) {
+    if ((field != 3 && field != 5) || !problem.empty()) return;
+    const auto* s = reinterpret_cast<const unsigned char*>(spec.data());
+    each_bytes_field(s, s + spec.size(), [&](uint64_t f, std::string_view table) {
+      if (f == 2 && problem.empty()) {
+        const std::string why = check_charsmap(table);
+        if (!why.empty()) problem = std::string(field == 3 ? "its normalizer" : "its denormalizer") + " table is corrupt: " + why;
+      }
+    });
+  });
+  return problem;
+}
+
 void* load(const char* bytes, size_t size, std::string* error) {
   return guarded(error, static_cast<void*>(nullptr), [&]() -> void* {
+    if (const std::string problem = check_normalizers(bytes, size); !problem.empty()) {
+      *error = problem;
+      return nullptr;
+    }
     auto p = std::make_unique<Processor>();
     const auto status = p->LoadFromSerializedProto({bytes, size});
     if (!status.ok()) {

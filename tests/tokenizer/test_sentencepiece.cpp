@@ -112,3 +112,15 @@ TEST(SentencePiece, BadInputNamesTheProblem) {
   llmtrain::testing::expect_error([&] { llmtrain::tokenizer::load_tokenizer("bert", ""); }, {"unknown tokenizer \"bert\""});
   llmtrain::fs::remove_tree(dir);
 }
+
+// A model whose normalizer table is corrupt (the fuzzer's find: libsentencepiece followed it out of
+// its memory and crashed) is refused when it loads, naming the table.
+TEST(SentencePiece, ACorruptNormalizerTableIsRefusedNotFollowed) {
+  const std::string model = llmtrain::testing::test_source_dir() + "/tests/fuzz/corpus/sentencepiece/corrupt_normalizer_trie.model";
+  llmtrain::testing::expect_error([&] { SentencePiece sp(model); },
+                                  {"corrupt_normalizer_trie.model could not be loaded", "normalizer table",
+                                   "points outside the trie"});
+  // The model it was mutated from loads.
+  SentencePiece good(llmtrain::testing::test_source_dir() + "/tests/fuzz/corpus/sentencepiece/bpe300.model");
+  EXPECT_EQ(good.decode(good.encode("the quick brown fox")), "the quick brown fox");
+}

@@ -12,18 +12,10 @@
 #include <vector>
 
 #include "llmtrain/data/dataloader.h"
+#include "llmtrain/data/sft_options.h"
 #include "llmtrain/tokenizer/tokenizer.h"
 
 namespace llmtrain::data {
-
-/// What an SFTDataset reads.
-struct SFTOptions {
-  std::string path;         // JSONL
-  int64_t seq_len = 1024;   // T
-  bool pack = false;        // several examples per window
-  bool skip_bad_lines = false;
-  std::string prompt_field = "prompt", completion_field = "completion", text_field = "text";
-};
 
 /// Tokenized, masked SFT windows, and seeded, rank-sharded, resumable batches of them.
 ///   llmtrain::data::SFTDataset sft(*tok, {.path = "train.jsonl", .seq_len = 512});
