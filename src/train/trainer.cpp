@@ -109,11 +109,16 @@ void check_memory(const TrainerConfig& c, torch::Device device, int world) {
   const double optimizer = params * (master ? 8 + 4 : 8) / (c.train.zero ? world : 1);
   const double logits = double(c.train.batch_size) * double(c.train.seq_len) * double(g.padded_vocab_size()) * (low ? 2 : 4);
   const double need = weights + optimizer + logits, have = device_memory(device);
-  LLMTRAIN_CHECK(have <= 0 || need <= have, "this config needs at least ", need / 1e9, " GB on ", device.str(),
-                 " (", params / 1e6, "M parameters with gradients and AdamW state: ", (weights + optimizer) / 1e9,
-                 " GB; the logits of ", c.train.batch_size, " x ", c.train.seq_len, " tokens: ", logits / 1e9, " GB), but ",
-                 device.is_cuda() ? "the GPU has " : "the machine has ", have / 1e9,
-                 " GB available: use a smaller model, train.batch_size or train.seq_len");
+  const auto gb = [](double bytes) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f GB", bytes / 1e9);
+    return std::string(buf);
+  };
+  LLMTRAIN_CHECK(have <= 0 || need <= have, "this config needs at least ", gb(need), " on ", device.str(), " (",
+                 int64_t(params / 1e6), "M parameters with gradients and AdamW state: ", gb(weights + optimizer),
+                 "; the logits of ", c.train.batch_size, " x ", c.train.seq_len, " tokens: ", gb(logits), "), but ",
+                 device.is_cuda() ? "the GPU has " : "the machine has ", gb(have),
+                 " available: use a smaller model, train.batch_size or train.seq_len");
 }
 
 std::string step_name(int64_t step) {
