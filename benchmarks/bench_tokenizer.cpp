@@ -59,8 +59,8 @@ int main(int argc, char** argv) {
     uint64_t checksum = 0;
     for (size_t i = 0; i < ids.size(); ++i) checksum = (checksum + (i + 1) * uint64_t(ids[i])) % (1ull << 61);
 
-    // One word without spaces is one piece to merge: 1 MB of it for llmtrain (O(n log n)), 64 KB for both
-    // (tiktoken's merge of one piece is quadratic, so 1 MB would take it minutes).
+    // One word without spaces is one piece to merge (a scan per merge would be quadratic in its length):
+    // 64 KB and 1 MB of random letters, for both.
     std::mt19937 rng(1);
     std::string word;
     for (int i = 0; i < (1 << 20); ++i) word += char('a' + rng() % 26);
@@ -79,11 +79,13 @@ int main(int argc, char** argv) {
     const std::string tmp = llmtrain::fs::make_temp_dir("llmtrain_bench_tok_");
     std::ofstream(tmp + "/corpus.txt", std::ios::binary) << text;
     std::ofstream(tmp + "/word.txt", std::ios::binary) << small_word;
+    std::ofstream(tmp + "/big_word.txt", std::ios::binary) << word;
     const std::string script = std::string(LLMTRAIN_SOURCE_DIR) + "/benchmarks/tiktoken_speed.py";
-    nlohmann::json peer, peer_word;
+    nlohmann::json peer, peer_word, peer_big_word;
     try {
       peer = bench::run_python_json(python, script, {data + "/gpt2", tmp + "/corpus.txt", std::to_string(repeat)});
-      peer_word = bench::run_python_json(python, script, {data + "/gpt2", tmp + "/word.txt", "1"});
+      peer_word = bench::run_python_json(python, script, {data + "/gpt2", tmp + "/word.txt", std::to_string(repeat)});
+      peer_big_word = bench::run_python_json(python, script, {data + "/gpt2", tmp + "/big_word.txt", std::to_string(repeat)});
     } catch (...) {
       llmtrain::fs::remove_tree(tmp);
       throw;
@@ -97,18 +99,19 @@ int main(int argc, char** argv) {
     std::printf("%-10s %10.3f %10.2f\n", "llmtrain", ours, mb / ours);
     std::printf("%-10s %10.3f %10.2f\n", "tiktoken", theirs, mb / theirs);
     std::printf("speed-up %.2fx, ids %s\n", theirs / ours, equal ? "identical" : "DIFFERENT");
-    const double theirs_small = peer_word["seconds"].get<double>();
+    const double theirs_small = peer_word["seconds"].get<double>(), theirs_word = peer_big_word["seconds"].get<double>();
     std::printf("one word without spaces (a single piece to merge):\n");
     std::printf("%-10s %10s %10s %10s\n", "encoder", "word", "seconds", "MB/s");
     std::printf("%-10s %10s %10.4f %10.2f\n", "llmtrain", "64 KB", ours_small, small_word.size() / 1e6 / ours_small);
     std::printf("%-10s %10s %10.4f %10.2f\n", "tiktoken", "64 KB", theirs_small, small_word.size() / 1e6 / theirs_small);
     std::printf("%-10s %10s %10.4f %10.2f  (%.2fx its speed on the corpus)\n", "llmtrain", "1 MB", ours_word,
                 word.size() / 1e6 / ours_word, (word.size() / ours_word) / (text.size() / ours));
+    std::printf("%-10s %10s %10.4f %10.2f\n", "tiktoken", "1 MB", theirs_word, word.size() / 1e6 / theirs_word);
     std::printf("%s\n", nlohmann::json{{"bench", "tokenizer"}, {"mb", mb}, {"tokens", ids.size()},
                                        {"llmtrain_mb_s", mb / ours}, {"tiktoken_mb_s", mb / theirs},
                                        {"speedup", theirs / ours}, {"ids_identical", equal},
                                        {"word_1mb_s", ours_word}, {"word_64kb_s", ours_small},
-                                       {"tiktoken_word_64kb_s", theirs_small}}
+                                       {"tiktoken_word_64kb_s", theirs_small}, {"tiktoken_word_1mb_s", theirs_word}}
                             .dump()
                             .c_str());
     return equal ? 0 : 1;
