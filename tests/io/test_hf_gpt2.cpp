@@ -241,3 +241,39 @@ TEST(HFGPT2, Bf16KVCacheGenerationMatchesTransformers_CUDA) {
     EXPECT_GE(same, tie);  // before a near tie both argmaxes are float32's
   }
 }
+
+// Every key of config.json that llmtrain reads, missing (where required), of the wrong type and out of
+// range: an error naming the file and the key, before any tensor is allocated.
+TEST(HFGPT2, EveryConfigKeyWrongIsNamed) {
+  TempDir dir;
+  const std::string good = dir.path + "/good";
+  run({"make", good, "tiny"});
+  const auto config = nlohmann::json::parse(llmtrain::fs::read_file(good + "/config.json"));
+  const std::string d = dir.path + "/bad";
+  llmtrain::fs::make_dirs(d);
+  llmtrain::fs::write_file_atomic(d + "/model.safetensors", llmtrain::fs::read_file(good + "/model.safetensors"));
+  const auto with = [&](const std::string& key, const nlohmann::json* value, const std::string& want) {
+    auto j = config;
+    if (value) j[key] = *value;
+    else j.erase(key);
+    llmtrain::fs::write_file_atomic(d + "/config.json", j.dump());
+    SCOPED_TRACE(key + " = " + (value ? value->dump() : "(missing)"));
+    expect_error([&] { llmtrain::io::load_hf_gpt2(d); }, {d + "/config.json", want});
+  };
+  const nlohmann::json text = "12", zero = 0, negative = -3, fraction = 1.5, huge = uint64_t(1) << 63, null = nullptr;
+  for (const char* key : {"vocab_size", "n_positions", "n_layer", "n_head", "n_embd"}) {
+    with(key, nullptr, std::string(key) + " is missing");
+    for (const auto* v : {&text, &zero, &negative, &fraction, &huge, &null})
+      with(key, v, std::string(key) + " must be an integer in [1, ");
+  }
+  with("model_type", nullptr, "model_type (missing) is not supported");
+  with("model_type", &zero, "model_type must be a string");
+  with("layer_norm_epsilon", &text, "layer_norm_epsilon must be a number in");
+  with("layer_norm_epsilon", &negative, "layer_norm_epsilon must be a number in");
+  with("activation_function", &zero, "activation_function must be a string");
+  with("n_inner", &text, "n_inner must be an integer");
+  with("n_inner", &zero, "n_inner must be an integer");
+  with("tie_word_embeddings", &text, "tie_word_embeddings must be true or false");
+  const nlohmann::json no = false;
+  with("tie_word_embeddings", &no, "tie_word_embeddings false is not supported");
+}

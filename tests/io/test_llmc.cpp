@@ -1,8 +1,10 @@
 // io::load_llmc_gpt2 on files written here to llm.c's layout (its header and its 16 tensors, each
 // holding all layers, in its order), float32 and bfloat16; and its errors.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <climits>
 #include <cstring>
 #include <fstream>
 
@@ -103,4 +105,27 @@ TEST(LlmcCheckpoint, BadFilesNameTheFileAndWhatIsWrong) {
   const int32_t zero = 0;
   std::memcpy(&b[4 * 4], &zero, 4);  // n_layer 0
   expect_error([&] { llmtrain::io::load_llmc_gpt2(write(dir.path + "/h.bin", b)); }, {"h.bin", "n_layer 0"});
+}
+
+// Every field of the header, zero, negative and past what the file holds: an error naming the file and
+// the sizes, never an allocation of what the header claims.
+TEST(LlmcCheckpoint, EveryHeaderFieldOutOfRangeIsNamed) {
+  TempDir dir;
+  auto model = llmtrain::nn::GPT2(llmtrain::nn::GPT2Config::preset("tiny").vocab_size(1000).block_size(64));
+  const std::string good = llmc_bytes(model, 3, 1024);
+  const char* names[] = {"max_seq_len", "vocab_size", "n_layer", "n_head", "n_embd", "padded_vocab_size"};
+  for (int field = 2; field < 8; ++field)
+    for (const int32_t value : {0, -7, 1 << 30, INT32_MAX}) {
+      std::string b = good;
+      std::memcpy(&b[size_t(4 * field)], &value, 4);
+      const std::string path = write(dir.path + "/f.bin", b);
+      SCOPED_TRACE(std::string(names[field - 2]) + " = " + std::to_string(value));
+      try {
+        llmtrain::io::load_llmc_gpt2(path);
+        ADD_FAILURE() << "taken";
+      } catch (const llmtrain::Error& e) {
+        EXPECT_THAT(e.what(), ::testing::HasSubstr("llm.c model " + path));
+        if (value <= 0) EXPECT_THAT(e.what(), ::testing::HasSubstr(std::string(names[field - 2]) + " " + std::to_string(value)));
+      }
+    }
 }

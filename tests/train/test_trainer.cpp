@@ -552,3 +552,51 @@ TEST(Trainer, StartsFromHuggingFaceAndConvertedCheckpoints) {
   Trainer r(run.config("resume"));
   expect_error([&] { r.resume_if_possible(); }, {"holds a model alone", "finetune_gpt2 --from"});
 }
+
+// Every field of a checkpoint's state.json, missing, of the wrong type and out of range: an error that
+// names the file and the key, never a crash or a run resumed from nonsense (a negative step once gave
+// a negative learning rate).
+TEST(Trainer, EveryStateFieldWrongIsNamed) {
+  RunFolder run;
+  {
+    Trainer t(run.config("state", {"train.max_steps=5"}));
+    t.run();
+  }
+  const std::string dir = run.dir.path + "/state/checkpoints/step_00000005", path = dir + "/state.json";
+  const auto good = nlohmann::json::parse(llmtrain::fs::read_file(path));
+  const auto with = [&](const std::vector<std::string>& key, const nlohmann::json* value, const std::string& want) {
+    auto j = good;
+    nlohmann::json* parent = &j;
+    for (size_t i = 0; i + 1 < key.size(); ++i) parent = &(*parent)[key[i]];
+    if (value) (*parent)[key.back()] = *value;
+    else parent->erase(key.back());
+    llmtrain::fs::write_file_atomic(path, j.dump());
+    std::string name;
+    for (const auto& k : key) name += (name.empty() ? "" : ".") + k;
+    SCOPED_TRACE(name + " = " + (value ? value->dump() : "(missing)"));
+    expect_error([&] { Trainer t(run.config("state")); t.resume_if_possible(); }, {path, want.empty() ? name : want});
+  };
+  const nlohmann::json text = "x", negative = -5, huge = uint64_t(1) << 63, fraction = 0.5, list = {1, 2};
+  const std::vector<std::vector<std::string>> numbers = {
+      {"step"}, {"elapsed_s"}, {"zero_ranks"}, {"scaler", "scale"}, {"scaler", "good_steps"},
+      {"train_loader", "epoch"}, {"train_loader", "shard"}, {"train_loader", "position"},
+      {"model", "vocab_size"}, {"model", "block_size"}, {"model", "n_layer"}, {"model", "n_head"}, {"model", "n_embd"}};
+  for (const auto& key : numbers) {
+    with(key, nullptr, "");
+    for (const auto* v : {&text, &negative, &list}) with(key, v, "");
+  }
+  for (const auto& key : std::vector<std::vector<std::string>>{{"step"}, {"zero_ranks"}, {"train_loader", "epoch"}})
+    with(key, &fraction, "");
+  with({"step"}, &huge, "step must be an integer in [0, 9223372036854775807]");
+  with({"precision"}, &text, "precision \"x\" is not one of");
+  with({"precision"}, &negative, "precision must be a string");
+  with({"config"}, &text, "config must be a JSON object");
+  with({"config"}, nullptr, "config is missing");
+  with({"format"}, &text, "not an llmtrain checkpoint state");
+  with({"version"}, &huge, "not an llmtrain checkpoint state");
+  with({"scaler"}, &list, "scaler must be a JSON object");
+  with({"model_only"}, &text, "model_only must be true or false");
+  llmtrain::fs::write_file_atomic(path, good.dump());
+  Trainer t(run.config("state"));
+  EXPECT_TRUE(t.resume_if_possible());  // and the file as written resumes
+}
