@@ -496,6 +496,7 @@ Trainer::Trainer(TrainerConfig config, std::shared_ptr<dist::Communicator> comm)
       d.comm = dist::NcclCommunicator::create(d.comm, d.device);  // makes it the current device
   }
   LLMTRAIN_CHECK(!c.data.train.empty(), "data.train is empty: give a glob of training shards or an SFT JSONL file");
+  if (d.rank == 0) check_run_folder(c, /*force=*/false);  // before anything is loaded or written
   const int64_t micro = product_checked({c.train.batch_size, c.train.seq_len, d.world},  // tokens a micro-step, all ranks
                                         "train.batch_size x train.seq_len x ranks");
   const int64_t total = c.train.total_batch_tokens > 0 ? c.train.total_batch_tokens : micro;
@@ -537,7 +538,6 @@ Trainer::Trainer(TrainerConfig config, std::shared_ptr<dist::Communicator> comm)
   d.val = d.make_source(c.data.val.empty() ? c.data.train : c.data.val, false, d.sft_val);
 
   if (d.rank == 0) {
-    check_run_folder(c, /*force=*/false);
     fs::make_dirs(c.out_dir);
     if (!fs::is_our_output(c.out_dir)) fs::mark_output(c.out_dir, "run");
     fs::write_file_atomic(c.out_dir + "/config.json", c.to_json());
@@ -701,9 +701,7 @@ int64_t Trainer::run() {
       if (tty && last_eval != d.step) std::printf("\n");
       d.write_sample();
     }
-    if (checkpoint_now) {
-      save_checkpoint();
-    }
+    if (checkpoint_now) save_checkpoint();
   }
   if (queued) record(/*wait_for_checks=*/true);  // the loop stopped before the next step began
   if (tty) std::printf("\n");
