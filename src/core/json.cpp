@@ -59,8 +59,8 @@ Object::Object(const Json& value, std::string where, std::string path)
 }
 
 void Object::wrong(const std::string& key, const std::string& expected) const {
-  LLMTRAIN_CHECK(false, where_, ": ", name(key), " must be ", expected, ", got ", excerpt(v_.at(key)));
-  std::abort();  // unreachable: the check above throws
+  llmtrain::detail::throw_error(
+      llmtrain::detail::str_cat(where_, ": ", name(key), " must be ", expected, ", got ", excerpt(v_.at(key))));
 }
 
 const Json& Object::at(const std::string& key) const {
