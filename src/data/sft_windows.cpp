@@ -11,20 +11,15 @@ namespace {
 
 constexpr int64_t kIgnore = kIgnoreIndex;
 
-struct Example {
-  std::vector<int64_t> inputs, targets;  // (L) each, targets already masked
-};
-
 }  // namespace
 
-SFTWindows read_sft_windows(const tokenizer::Tokenizer& tok, const SFTOptions& o) {
-  SFTWindows w;
+SFTExamples read_sft_examples(const tokenizer::Tokenizer& tok, const SFTOptions& o) {
+  SFTExamples w;
   const int64_t T = o.seq_len;
   LLMTRAIN_CHECK(T > 0 && T <= kMaxSeqLen, "SFT: seq_len must be in [1, ", kMaxSeqLen, "], got ", T);
   const auto eot = tok.eot_id();
   LLMTRAIN_CHECK(eot.has_value(), "SFT: the tokenizer has no end-of-text id to end examples with");
   LineReader in(o.path, "SFT");
-  std::vector<Example> examples;
   std::string line;
   while (in.next(line)) {
     const std::string where = o.path + ":" + std::to_string(in.line_no());
@@ -48,7 +43,7 @@ SFTWindows read_sft_windows(const tokenizer::Tokenizer& tok, const SFTOptions& o
       bad_line("SFT", where, e.what(), o.skip_bad_lines, w.skipped_lines);
       continue;
     }
-    ++w.examples;
+    ++w.read;
     // tokens = prompt + completion + eot; target k is token k + 1, trained when that token is not prompt.
     std::vector<int64_t> tokens(prompt.begin(), prompt.end());
     tokens.insert(tokens.end(), completion.begin(), completion.end());
@@ -57,7 +52,7 @@ SFTWindows read_sft_windows(const tokenizer::Tokenizer& tok, const SFTOptions& o
       tokens.resize(size_t(T + 1));
       ++w.truncated;
     }
-    Example ex;
+    SFTExample ex;
     for (size_t k = 0; k + 1 < tokens.size(); ++k) {
       ex.inputs.push_back(tokens[k]);
       ex.targets.push_back(k + 1 < prompt.size() ? kIgnore : tokens[k + 1]);
@@ -66,29 +61,29 @@ SFTWindows read_sft_windows(const tokenizer::Tokenizer& tok, const SFTOptions& o
       ++w.dropped;
       continue;
     }
-    examples.push_back(std::move(ex));
+    w.examples.push_back(std::move(ex));
   }
-  LLMTRAIN_CHECK(!examples.empty(), "SFT: ", o.path, " holds no example with a completion token within seq_len ", T,
-                 " (", w.examples, " examples read, ", w.dropped, " dropped, ", w.skipped_lines, " lines skipped)");
-
-  // Lay examples into windows; padding has input end-of-text and target -100.
-  std::vector<int64_t> in_w, tg_w;
-  const auto close_window = [&] {
-    if (in_w.empty()) return;
-    in_w.resize(size_t(T), *eot);
-    tg_w.resize(size_t(T), kIgnore);
-    w.inputs.push_back(std::move(in_w));
-    w.targets.push_back(std::move(tg_w));
-    in_w.clear();
-    tg_w.clear();
-  };
-  for (const auto& ex : examples) {
-    if (!o.pack || int64_t(in_w.size() + ex.inputs.size()) > T) close_window();
-    in_w.insert(in_w.end(), ex.inputs.begin(), ex.inputs.end());
-    tg_w.insert(tg_w.end(), ex.targets.begin(), ex.targets.end());
-  }
-  close_window();
+  LLMTRAIN_CHECK(!w.examples.empty(), "SFT: ", o.path, " holds no example with a completion token within seq_len ", T,
+                 " (", w.read, " examples read, ", w.dropped, " dropped, ", w.skipped_lines, " lines skipped)");
   return w;
+}
+
+std::vector<SFTWindow> pack_sft_windows(const std::vector<int64_t>& lengths, const std::vector<int64_t>& order,
+                                        int64_t seq_len, bool pack) {
+  std::vector<SFTWindow> windows;
+  int64_t used = seq_len;  // of the open window: none is open yet
+  for (const int64_t i : order) {
+    LLMTRAIN_CHECK(i >= 0 && size_t(i) < lengths.size(), "SFT: example ", i, " is outside [0, ", lengths.size(), ")");
+    const int64_t n = lengths[size_t(i)];
+    LLMTRAIN_CHECK(n >= 1 && n <= seq_len, "SFT: example ", i, " has ", n, " tokens, outside [1, seq_len ", seq_len, "]");
+    if (!pack || used + n > seq_len) {
+      windows.emplace_back();
+      used = 0;
+    }
+    windows.back().push_back(i);
+    used += n;
+  }
+  return windows;
 }
 
 }  // namespace llmtrain::data::detail

@@ -58,7 +58,7 @@ void CausalSelfAttentionImpl::reset() {
   c_proj = register_module("c_proj", make_linear(cfg.n_embd(), cfg.n_embd()));
 }
 
-torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x, const LayerCache* cache) {
+torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x, const LayerCache* cache, const torch::Tensor& mask) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
   const int64_t H = cfg.n_head(), D = cfg.head_dim();
   const auto qkv = ops::linear(x, c_attn->weight, c_attn->bias);  // (B, T, 3C)
@@ -73,7 +73,7 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x, const Lay
     cache->v.narrow(2, 0, T).copy_(v);
   }
   const double p = is_training() ? cfg.dropout() : 0.0;
-  const auto y = ops::attention(q, k, v, p).transpose(1, 2).reshape({B, T, C});  // (B, H, T, D) -> (B, T, C)
+  const auto y = ops::attention(q, k, v, p, mask).transpose(1, 2).reshape({B, T, C});  // (B, H, T, D) -> (B, T, C)
   return maybe_dropout(ops::linear(y, c_proj->weight, c_proj->bias), cfg.dropout(), is_training());
 }
 
@@ -108,10 +108,10 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
 }
 
 std::pair<torch::Tensor, torch::Tensor> BlockImpl::forward_residual(const torch::Tensor& x, const torch::Tensor& delta,
-                                                                    const LayerCache* cache) {
+                                                                    const LayerCache* cache, const torch::Tensor& mask) {
   if (cache && cache->positions.defined()) return decode_residual(x, delta, *cache);
   const auto [in, a] = add_norm(ln_1, x, delta);  // in = x + delta, a = ln_1(in)
-  const auto [h, m] = add_norm(ln_2, in, attn->forward(a, cache));
+  const auto [h, m] = add_norm(ln_2, in, attn->forward(a, cache, mask));
   return {h, mlp(m)};
 }
 
@@ -183,21 +183,28 @@ void GPT2TransformerImpl::reset() {
   }
 }
 
-torch::Tensor GPT2TransformerImpl::forward(const torch::Tensor& idx, KVCache* cache, const torch::Tensor& positions) {
-  const auto [x, delta] = forward_residual(idx, cache, positions);
+torch::Tensor GPT2TransformerImpl::forward(const torch::Tensor& idx, KVCache* cache, const torch::Tensor& positions,
+                                           const torch::Tensor& position_ids) {
+  const auto [x, delta] = forward_residual(idx, cache, positions, position_ids);
   return add_norm(ln_f, x, delta).second;
 }
 
 std::pair<torch::Tensor, torch::Tensor> GPT2TransformerImpl::forward_residual(const torch::Tensor& idx, KVCache* cache,
-                                                                              const torch::Tensor& positions) {
-  torch::Tensor x = ops::embedding(idx, wte->weight, wpe->weight, cfg.vocab_size(), ids, positions);  // (B, T, C)
+                                                                              const torch::Tensor& positions,
+                                                                              const torch::Tensor& position_ids) {
+  LLMTRAIN_CHECK(!position_ids.defined() || (!cache && !positions.defined()),
+                 "GPT2Transformer: position_ids (packed documents) are for training and scoring, not with a KV cache");
+  const torch::Tensor& at = position_ids.defined() ? position_ids : positions;
+  torch::Tensor x = ops::embedding(idx, wte->weight, wpe->weight, cfg.vocab_size(), ids, at);  // (B, T, C)
+  // One mask for every layer: packed documents attend only within themselves.
+  const torch::Tensor mask = position_ids.defined() ? ops::document_mask(position_ids) : torch::Tensor();
   x = maybe_dropout(x, cfg.dropout(), is_training());
   // Each block's last residual add is left pending and fused with the next layer norm.
   torch::Tensor delta;
   for (size_t i = 0; i < h->size(); ++i) {
     LayerCache layer;
     if (cache) layer = {cache->k[i], cache->v[i], positions};
-    std::tie(x, delta) = h[i]->as<BlockImpl>()->forward_residual(x, delta, cache ? &layer : nullptr);
+    std::tie(x, delta) = h[i]->as<BlockImpl>()->forward_residual(x, delta, cache ? &layer : nullptr, mask);
   }
   return {x, delta};
 }
@@ -208,7 +215,8 @@ GPT2Impl::GPT2Impl(GPT2Config cfg_) : cfg(std::move(cfg_)) { reset(); }  // the 
 
 void GPT2Impl::reset() { transformer = register_module("transformer", GPT2Transformer(cfg)); }
 
-torch::Tensor GPT2Impl::padded_logits(const torch::Tensor& idx, const torch::Tensor& targets) {
+torch::Tensor GPT2Impl::padded_logits(const torch::Tensor& idx, const torch::Tensor& targets,
+                                      const torch::Tensor& position_ids) {
   LLMTRAIN_CHECK(idx.dim() == 2, "GPT2: idx must be (B, T), got shape ", idx.sizes());
   LLMTRAIN_CHECK(idx.scalar_type() == torch::kLong, "GPT2: idx must be int64, got ", idx.scalar_type());
   LLMTRAIN_CHECK(idx.size(1) >= 1 && idx.size(1) <= cfg.block_size(), "GPT2: sequence length ",
@@ -223,12 +231,26 @@ torch::Tensor GPT2Impl::padded_logits(const torch::Tensor& idx, const torch::Ten
     ids.check(targets, "targets", cfg.vocab_size(), kIgnoreIndex);
     if (!ops::cuda_kernel_enabled("cross_entropy")) ids.raise();  // ATen's loss asserts on a bad id, on the device
   }
-  const torch::Tensor x = transformer(idx);                                  // (B, T, C)
+  if (position_ids.defined()) {
+    LLMTRAIN_CHECK(position_ids.sizes() == idx.sizes() && position_ids.scalar_type() == torch::kLong &&
+                       position_ids.device() == idx.device(),
+                   "GPT2: position_ids must be ", idx.sizes(), " int64 on ", idx.device(), " as idx, got ",
+                   position_ids.sizes(), " ", position_ids.scalar_type(), " on ", position_ids.device());
+    // Each position at most the one before it plus one: a document goes on, or a new one starts at 0.
+    if (!position_ids.is_cuda() && position_ids.numel() > 0) {
+      const auto steps = position_ids.narrow(1, 1, idx.size(1) - 1) - position_ids.narrow(1, 0, idx.size(1) - 1);
+      const auto next = position_ids.narrow(1, 1, idx.size(1) - 1);
+      LLMTRAIN_CHECK(position_ids.select(1, 0).eq(0).all().item<bool>() &&
+                         (steps.eq(1) | next.eq(0)).all().item<bool>(),
+                     "GPT2: position_ids must count 0, 1, 2, ... within each document of a row, starting at 0");
+    }
+  }
+  const torch::Tensor x = transformer->forward(idx, nullptr, {}, position_ids);  // (B, T, C)
   return torch::nn::functional::linear(x, transformer->wte->weight);         // (B, T, padded V)
 }
 
-GPT2Output GPT2Impl::forward(const torch::Tensor& idx, const torch::Tensor& targets) {
-  const torch::Tensor padded = padded_logits(idx, targets);
+GPT2Output GPT2Impl::forward(const torch::Tensor& idx, const torch::Tensor& targets, const torch::Tensor& position_ids) {
+  const torch::Tensor padded = padded_logits(idx, targets, position_ids);
   GPT2Output out;
   out.logits = padded.narrow(-1, 0, cfg.vocab_size());  // (B, T, V)
   // The loss reads the padded rows (padding columns excluded), so its gradient is the padded shape and
@@ -238,9 +260,9 @@ GPT2Output GPT2Impl::forward(const torch::Tensor& idx, const torch::Tensor& targ
   return out;
 }
 
-torch::Tensor GPT2Impl::loss(const torch::Tensor& idx, const torch::Tensor& targets) {
+torch::Tensor GPT2Impl::loss(const torch::Tensor& idx, const torch::Tensor& targets, const torch::Tensor& position_ids) {
   LLMTRAIN_CHECK(targets.defined(), "GPT2::loss: targets are required");
-  const torch::Tensor padded = padded_logits(idx, targets);
+  const torch::Tensor padded = padded_logits(idx, targets, position_ids);
   return ops::cross_entropy(padded.flatten(0, 1), targets.flatten(), kIgnoreIndex, cfg.vocab_size(),
                             /*overwrite_logits=*/true);
 }

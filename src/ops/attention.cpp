@@ -12,14 +12,31 @@
 
 namespace llmtrain::ops {
 
-at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout_p) {
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout_p,
+                     const at::Tensor& mask) {
   LLMTRAIN_CHECK(q.dim() == 4, "attention: q must be (B, H, T, D), got ", q.sizes());
   LLMTRAIN_CHECK(k.sizes() == q.sizes() && v.sizes() == q.sizes(),
                  "attention: k and v must match q ", q.sizes(), ", got k ", k.sizes(), " and v ",
                  v.sizes());
   LLMTRAIN_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, "attention: dropout_p must be in [0, 1), got ",
                  dropout_p);
-  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout_p, /*is_causal=*/true);
+  if (!mask.defined()) return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout_p, /*is_causal=*/true);
+  const int64_t B = q.size(0), T = q.size(2);
+  LLMTRAIN_CHECK(mask.dim() == 4 && mask.size(0) == B && mask.size(1) == 1 && mask.size(2) == T && mask.size(3) == T &&
+                     mask.scalar_type() == at::kBool && mask.device() == q.device(),
+                 "attention: mask must be (", B, ", 1, ", T, ", ", T, ") bool on ", q.device(), ", got ", mask.sizes(),
+                 " ", mask.scalar_type(), " on ", mask.device());
+  return at::scaled_dot_product_attention(q, k, v, mask, dropout_p, /*is_causal=*/false);
+}
+
+at::Tensor document_mask(const at::Tensor& positions) {
+  LLMTRAIN_CHECK(positions.dim() == 2 && positions.scalar_type() == at::kLong,
+                 "document_mask: positions must be (B, T) int64, got ", positions.sizes(), " ", positions.scalar_type());
+  const int64_t T = positions.size(1);
+  const at::Tensor t = at::arange(T, positions.options());                  // (T)
+  const at::Tensor query = t.view({1, T, 1}), key = t.view({1, 1, T});
+  const at::Tensor first = (t.view({1, T}) - positions).unsqueeze(2);       // (B, T, 1): where t's document starts
+  return key.le(query).logical_and(key.ge(first)).unsqueeze(1);             // (B, 1, T, T)
 }
 
 at::Tensor decode_attention(const at::Tensor& qkv, const at::Tensor& k_cache, const at::Tensor& v_cache,

@@ -122,12 +122,13 @@ at::Tensor embedding(const at::Tensor& idx, const at::Tensor& wte, const at::Ten
                  "must share C, got ", wte.sizes(), " and ", wpe.sizes());
   LLMTRAIN_CHECK(idx.size(1) <= wpe.size(0), "embedding: sequence length ", idx.size(1), " exceeds the ", wpe.size(0),
                  " positions of wpe");
+  const bool each = start.defined() && start.dim() == 2;  // every token's position given
   if (start.defined()) {
-    LLMTRAIN_CHECK(start.dim() == 1 && start.size(0) == idx.size(0) && start.scalar_type() == at::kLong &&
-                       start.device() == idx.device(),
-                   "embedding: start must be (", idx.size(0), ") int64 on ", idx.device(), ", got ", start.sizes(), " ",
-                   start.scalar_type(), " on ", start.device());
-    LLMTRAIN_CHECK(!at::GradMode::is_enabled() || !(wte.requires_grad() || wpe.requires_grad()),
+    LLMTRAIN_CHECK((start.dim() == 1 && start.size(0) == idx.size(0)) || (each && start.sizes() == idx.sizes()),
+                   "embedding: start must be (", idx.size(0), ") or ", idx.sizes(), ", got ", start.sizes());
+    LLMTRAIN_CHECK(start.scalar_type() == at::kLong && start.device() == idx.device(), "embedding: start must be int64 on ",
+                   idx.device(), ", got ", start.scalar_type(), " on ", start.device());
+    LLMTRAIN_CHECK(each || !at::GradMode::is_enabled() || !(wte.requires_grad() || wpe.requires_grad()),
                    "embedding: offset positions (start) have no backward; call it under torch::NoGradGuard");
   }
   LLMTRAIN_CHECK(num_ids >= 1 && num_ids <= wte.size(0), "embedding: num_ids ", num_ids, " must lie in [1, ",
@@ -135,7 +136,7 @@ at::Tensor embedding(const at::Tensor& idx, const at::Tensor& wte, const at::Ten
   LLMTRAIN_CHECK(idx.device() == wte.device() && wpe.device() == wte.device(), "embedding: idx is on ", idx.device(),
                  ", wte on ", wte.device(), " and wpe on ", wpe.device());
 #if LLMTRAIN_WITH_CUDA
-  if (cuda_kernel_enabled("embedding") && cuda::embedding_supported(idx, wte, wpe)) {
+  if (!each && cuda_kernel_enabled("embedding") && cuda::embedding_supported(idx, wte, wpe)) {
     auto& record = check.record_on(idx.device());
     return cuda::embedding(idx, wte, wpe, start, num_ids, record, check.impl_->tag("idx", idx, num_ids, std::nullopt));
   }
@@ -143,7 +144,7 @@ at::Tensor embedding(const at::Tensor& idx, const at::Tensor& wte, const at::Ten
   check.check(idx, "idx", num_ids);
   if (idx.is_cuda()) check.raise(true);  // ATen's gather would hit a device-side assert on a bad id
   if (!start.defined()) return at::embedding(wte, idx) + wpe.narrow(0, 0, idx.size(1));
-  const at::Tensor at_pos = start.unsqueeze(1) + at::arange(idx.size(1), start.options());  // (B, T)
+  const at::Tensor at_pos = each ? start : start.unsqueeze(1) + at::arange(idx.size(1), start.options());  // (B, T)
   if (!at_pos.is_cuda() && at_pos.numel() > 0)  // on CUDA the caller keeps them in range (no host wait)
     LLMTRAIN_CHECK(at_pos.min().item<int64_t>() >= 0 && at_pos.max().item<int64_t>() < wpe.size(0),
                    "embedding: start puts positions outside wpe's [0, ", wpe.size(0), ")");

@@ -295,11 +295,11 @@ struct Trainer::Impl {
   struct sigaction old_int{}, old_term{};
 
   // A micro-step's forward and backward (its gradients added to the parameters'); its loss, detached.
-  torch::Tensor micro_step(const torch::Tensor& inputs, const torch::Tensor& targets) {
+  torch::Tensor micro_step(const torch::Tensor& inputs, const torch::Tensor& targets, const torch::Tensor& positions) {
     torch::Tensor loss;
     {
       optim::AutocastScope amp(device.type(), opt->options().precision);
-      loss = model->loss(inputs, targets);
+      loss = model->loss(inputs, targets, positions);
     }
     opt->scale_loss(loss / double(accum)).backward();
     return loss.detach();
@@ -572,7 +572,7 @@ double Trainer::evaluate() {
   for (int64_t i = 0; i < d.cfg.eval.batches; ++i) {
     const auto b = d.val->next();
     optim::AutocastScope amp(d.device.type(), d.opt->options().precision);
-    sum += d.model->loss(b.inputs, b.targets).to(torch::kDouble);
+    sum += d.model->loss(b.inputs, b.targets, b.positions).to(torch::kDouble);
   }
   d.model->train();
   const double mean = d.mean_over_ranks(sum) / double(d.cfg.eval.batches);
@@ -605,11 +605,12 @@ int64_t Trainer::run() {
       for (torch::Tensor m : d.opt->master_params()) d.comm->broadcast(m, 0);  // a handle: same storage
   }
   d.model->train();
-  // Not on several ranks: DataParallel's reductions start from backward's hooks, on the host.
-  if (!d.graph && !d.dp && d.device.is_cuda() && c.train.cuda_graph &&
+  // Not on several ranks: DataParallel's reductions start from backward's hooks, on the host. Not for
+  // packed SFT: its position ids would be one more input, and its embedding checks ids on the host.
+  if (!d.graph && !d.dp && d.device.is_cuda() && c.train.cuda_graph && !(c.sft() && c.data.pack) &&
       d.opt->options().precision != optim::Precision::kFP16)
     d.graph = std::make_unique<GraphedStep>(d.model->parameters(), [&d](const torch::Tensor& x, const torch::Tensor& y) {
-      return d.micro_step(x, y);  // not fp16: its loss scale changes from step to step
+      return d.micro_step(x, y, {});  // not fp16: its loss scale changes from step to step
     });
   // A step's record waits for its loss and grad norm, which travel to the host behind its work: on one
   // rank it is written once the next step's forward and backward are queued, so that the device never
@@ -671,7 +672,7 @@ int64_t Trainer::run() {
       if (d.dp) d.dp->set_sync(micro == d.accum - 1);  // the step's last backward averages over the ranks
       const auto batch = d.train->next();
       const torch::Tensor loss = d.graph ? d.graph->run(batch.inputs, batch.targets, /*first=*/micro == 0)
-                                         : d.micro_step(batch.inputs, batch.targets);
+                                         : d.micro_step(batch.inputs, batch.targets, batch.positions);
       loss_sum = loss_sum.defined() ? loss_sum + loss : loss.clone();  // a graph's loss: overwritten by its next replay
     }
     if (d.dp) d.dp->finish();  // the gradients' mean over the ranks, before unscaling and clipping

@@ -43,7 +43,8 @@ TEST(SFT, PromptAndPaddingAreMaskedAndTheCompletionIsTrained) {
   o.seq_len = 32;
   const SFTDataset sft(*tok, o);
   ASSERT_EQ(sft.size(), 2);
-  const auto b = sft.batch({0, 1});
+  const auto b = sft.batch({{0}, {1}});
+  EXPECT_FALSE(b.positions.defined());  // one example a row: positions 0..T-1
   const auto p = tok->encode("Question: what is two plus two?"), c = tok->encode(" Answer: four.");
   std::vector<int64_t> tokens(p.begin(), p.end());
   tokens.insert(tokens.end(), c.begin(), c.end());
@@ -68,7 +69,7 @@ TEST(SFT, TheModelsLossCoversOnlyUnmaskedTargets) {
   SFTOptions o;
   o.path = f.path;
   o.seq_len = 16;
-  const auto b = SFTDataset(*tok, o).batch({0});
+  const auto b = SFTDataset(*tok, o).batch({{0}});
   torch::manual_seed(0);
   llmtrain::nn::GPT2 model(llmtrain::nn::GPT2Config::preset("tiny"));
   torch::NoGradGuard no_grad;
@@ -93,14 +94,100 @@ TEST(SFT, PackingKeepsEveryTrainedTargetInFewerWindows) {
   const SFTDataset plain(*tok, o);
   o.pack = true;
   const SFTDataset packed(*tok, o);
-  EXPECT_EQ(plain.size(), 40);
-  EXPECT_LT(packed.size(), 10);
-  const auto count = [](const SFTDataset& d) {
-    std::vector<int64_t> all(size_t(d.size()));
-    std::iota(all.begin(), all.end(), 0);
-    return d.batch(all).targets.ne(-100).sum().item<int64_t>();
-  };
+  std::vector<int64_t> order(40);
+  std::iota(order.begin(), order.end(), 0);
+  EXPECT_EQ(plain.windows(order).size(), 40u);
+  EXPECT_LT(packed.windows(order).size(), 10u);
+  const auto count = [&](const SFTDataset& d) { return d.batch(d.windows(order)).targets.ne(-100).sum().item<int64_t>(); };
   EXPECT_EQ(count(plain), count(packed));
+}
+
+// Each token of a packed window carries its position within its own example; the padding after the
+// last example counts from 0 as a document of its own.
+TEST(SFT, PackedWindowsCarryEachExamplesPositions) {
+  LLMTRAIN_REQUIRE_DATA_DIR(data);
+  const auto tok = llmtrain::tokenizer::GPT2BPE::from_dir(data + "/gpt2");
+  TempFile f(R"({"prompt": "a b", "completion": " c"})" "\n" R"({"text": "d e f g"})" "\n");
+  SFTOptions o;
+  o.path = f.path;
+  o.seq_len = 12;
+  o.pack = true;
+  const SFTDataset sft(*tok, o);
+  const auto windows = sft.windows({0, 1});
+  ASSERT_EQ(windows.size(), 1u);
+  const auto b = sft.batch(windows);
+  ASSERT_TRUE(b.positions.defined());
+  const int64_t n0 = int64_t(tok->encode("a b").size() + tok->encode(" c").size()),  // + end-of-text - 1
+      n1 = int64_t(tok->encode("d e f g").size());
+  std::vector<int64_t> want;
+  for (int64_t n : {n0, n1, 12 - n0 - n1})
+    for (int64_t k = 0; k < n; ++k) want.push_back(k);
+  EXPECT_EQ(row(b.positions[0]), want);
+}
+
+// The bug packing must not have: an example that sees the examples packed before it. The logits of
+// every example in a packed window equal its logits alone in a window of its own.
+TEST(SFT, PackedExamplesAttendOnlyToThemselves) {
+  LLMTRAIN_REQUIRE_DATA_DIR(data);
+  const auto tok = llmtrain::tokenizer::GPT2BPE::from_dir(data + "/gpt2");
+  TempFile f(R"({"prompt": "The capital of France is", "completion": " Paris."})" "\n"
+             R"({"text": "Seven times six is forty-two."})" "\n"
+             R"({"prompt": "Q: the colour of the sky?", "completion": " A: blue"})" "\n");
+  SFTOptions o;
+  o.path = f.path;
+  o.seq_len = 40;
+  o.pack = true;
+  const SFTDataset sft(*tok, o);
+  ASSERT_EQ(sft.windows({0, 1, 2}).size(), 1u);
+  torch::manual_seed(0);
+  llmtrain::nn::GPT2 model(llmtrain::nn::GPT2Config::preset("tiny"));
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const auto packed = sft.batch(sft.windows({2, 0, 1}));
+  const auto together = model(packed.inputs, packed.targets, packed.positions).logits[0];
+  const auto unmasked = model(packed.inputs).logits[0];
+  int64_t at = 0;
+  for (const int64_t i : {2, 0, 1}) {
+    const auto alone = sft.batch({{i}});
+    const int64_t n = alone.targets[0].ne(-100).nonzero().max().item<int64_t>() + 1;  // the example's tokens
+    const auto mine = together.narrow(0, at, n), own = model->forward(alone.inputs, {}, alone.positions).logits[0].narrow(0, 0, n);
+    EXPECT_TRUE(torch::allclose(mine, own, 1e-4, 1e-4)) << "example " << i << ": " << (mine - own).abs().max().item<double>();
+    if (at > 0) EXPECT_FALSE(torch::allclose(unmasked.narrow(0, at, n), own, 1e-4, 1e-4)) << "example " << i;
+    at += n;
+  }
+}
+
+// Packing is done anew each epoch from that epoch's shuffled order: every example once an epoch, in
+// windows that differ from epoch to epoch.
+TEST(SFT, PackedWindowsAreLaidAnewEachEpoch) {
+  LLMTRAIN_REQUIRE_DATA_DIR(data);
+  const auto tok = llmtrain::tokenizer::GPT2BPE::from_dir(data + "/gpt2");
+  std::string lines;
+  for (int i = 0; i < 30; ++i) lines += R"({"text": "example number )" + std::to_string(i) + "\"}\n";
+  TempFile f(lines);
+  SFTOptions o;
+  o.path = f.path;
+  o.seq_len = 24;
+  o.pack = true;
+  const SFTDataset sft(*tok, o);
+  std::vector<int64_t> order(30);
+  std::iota(order.begin(), order.end(), 0);
+  const int64_t trained = sft.batch(sft.windows(order)).targets.ne(-100).sum().item<int64_t>();
+  SFTLoader loader(sft, {.batch_size = 1, .seed = 5});
+  std::vector<std::vector<std::vector<int64_t>>> epochs(3);  // each epoch's windows, sorted
+  for (auto& windows : epochs) {
+    const int64_t epoch = loader.state().epoch;
+    int64_t targets = 0;
+    while (loader.state().epoch == epoch) {
+      const auto b = loader.next();
+      windows.push_back(row(b.inputs[0]));
+      targets += b.targets.ne(-100).sum().item<int64_t>();
+    }
+    EXPECT_EQ(targets, trained) << "epoch " << epoch;  // every example once
+    std::sort(windows.begin(), windows.end());
+  }
+  EXPECT_NE(epochs[0], epochs[1]);
+  EXPECT_NE(epochs[1], epochs[2]);
 }
 
 TEST(SFT, LongExamplesAreCutOrDroppedAndCounted) {

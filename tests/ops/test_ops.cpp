@@ -146,9 +146,26 @@ TEST(OpsEmbedding, StartOffsetsEachRowsPositions) {
   llmtrain::testing::expect_error([&] { ops::embedding(idx, wte, wpe, 10, ids, torch::tensor({0, 4, 8})); },
                                   {"start puts positions outside wpe's [0, 9)"});
   llmtrain::testing::expect_error([&] { ops::embedding(idx, wte, wpe, 10, ids, torch::tensor({0, 4})); },
-                                  {"start must be (3) int64"});
+                                  {"start must be (3) or [3, 2]"});
   const auto trainable = wte.clone().requires_grad_();
   llmtrain::testing::expect_error([&] { ops::embedding(idx, trainable, wpe, 10, ids, start); }, {"no backward"});
+}
+
+// Packed documents: every token's position given, (B, T), with a backward into wte and wpe.
+TEST(OpsEmbedding, PositionsOfEveryToken) {
+  const auto wte = torch::randn({11, 6}, kF64).requires_grad_(), wpe = torch::randn({9, 6}, kF64).requires_grad_();
+  const auto idx = torch::randint(10, {2, 5}, torch::kLong);
+  const auto pos = torch::tensor({0, 1, 2, 0, 1, 0, 0, 1, 2, 3}, torch::kLong).view({2, 5});
+  ops::IdCheck ids("test");
+  const auto x = ops::embedding(idx, wte, wpe, 10, ids, pos);
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t t = 0; t < 5; ++t)
+      EXPECT_LT(max_abs_diff(x[b][t], wte[idx[b][t].item<int64_t>()] + wpe[pos[b][t].item<int64_t>()]), 1e-15);
+  const auto r = torch::randn({2, 5, 6}, kF64);
+  expect_gradients_match([&] { return (ops::embedding(idx, wte, wpe, 10, ids, pos) * r).sum(); }, {wte, wpe},
+                         {"wte", "wpe"});
+  llmtrain::testing::expect_error([&] { ops::embedding(idx, wte, wpe, 10, ids, pos + 6); },
+                                  {"start puts positions outside wpe's [0, 9)"});
 }
 
 TEST(OpsMlp, IsItsFormula) {
@@ -283,6 +300,29 @@ TEST(OpsAttention, GradientMatchesFiniteDifferences) {
   const auto v = torch::randn({1, 2, 5, 4}, kF64).requires_grad_();
   const auto r = torch::randn({1, 2, 5, 4}, kF64);
   expect_gradients_match([&] { return (ops::attention(q, k, v) * r).sum(); }, {q, k, v}, {"q", "k", "v"});
+}
+
+// Windows of packed documents: a query attends to the keys of its own document up to itself, exactly
+// as that document alone would.
+TEST(OpsAttention, DocumentMaskKeepsEachDocumentToItself) {
+  const auto pos = torch::tensor({0, 1, 2, 0, 1, 0, 1, 2, 3, 0}, torch::kLong).view({1, 10});
+  const auto mask = ops::document_mask(pos);
+  ASSERT_EQ(mask.sizes(), (std::vector<int64_t>{1, 1, 10, 10}));
+  const std::vector<int64_t> doc = {0, 0, 0, 1, 1, 2, 2, 2, 2, 3};
+  for (int64_t t = 0; t < 10; ++t)
+    for (int64_t s = 0; s < 10; ++s)
+      EXPECT_EQ(mask[0][0][t][s].item<bool>(), s <= t && doc[size_t(s)] == doc[size_t(t)]) << t << ", " << s;
+  const auto q = torch::randn({1, 2, 10, 4}, kF64).requires_grad_(), k = torch::randn({1, 2, 10, 4}, kF64).requires_grad_();
+  const auto v = torch::randn({1, 2, 10, 4}, kF64).requires_grad_();
+  const auto y = ops::attention(q, k, v, 0.0, mask);
+  for (const auto& [at, n] : std::vector<std::pair<int64_t, int64_t>>{{0, 3}, {3, 2}, {5, 4}, {9, 1}}) {
+    const auto part = [&](const torch::Tensor& t) { return t.narrow(2, at, n); };
+    EXPECT_LT(max_abs_diff(y.narrow(2, at, n), attention_formula(part(q), part(k), part(v))), 1e-12) << at;
+  }
+  const auto r = torch::randn({1, 2, 10, 4}, kF64);
+  expect_gradients_match([&] { return (ops::attention(q, k, v, 0.0, mask) * r).sum(); }, {q, k, v}, {"q", "k", "v"});
+  llmtrain::testing::expect_error([&] { ops::attention(q, k, v, 0.0, mask.to(torch::kFloat)); },
+                                  {"mask must be (1, 1, 10, 10) bool"});
 }
 
 TEST(OpsAttention, RejectsBadShapes) {

@@ -453,6 +453,37 @@ TEST(OpsEmbedding, StartOffsetsMatchReferenceAndBadOnesGiveNaN_CUDA) {
   }
 }
 
+// Packed documents on the GPU: the masked attention (forward and backward) against float64 on the CPU,
+// at awkward lengths, and each document's output as that document alone gives it.
+TEST(OpsAttention, DocumentMaskedMatchesReference_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  for (const int64_t T : {7, 113, 257}) {
+    std::vector<int64_t> pos;
+    for (int64_t t = 0, n = 0; t < T; ++t, ++n) pos.push_back((n = (n == 3 + t % 37 ? 0 : n)));
+    const auto positions = torch::tensor(pos, torch::kLong).view({1, T}).repeat({2, 1});
+    const auto q = torch::randn({2, 4, T, 64}, torch::kDouble), k = torch::randn({2, 4, T, 64}, torch::kDouble);
+    const auto v = torch::randn({2, 4, T, 64}, torch::kDouble), r = torch::randn({2, 4, T, 64}, torch::kDouble);
+    const auto reference = [&](const torch::Tensor& mask) {
+      auto qd = q.clone().requires_grad_(), kd = k.clone().requires_grad_(), vd = v.clone().requires_grad_();
+      const auto y = ops::attention(qd, kd, vd, 0.0, mask);
+      (y * r).sum().backward();
+      return std::array<torch::Tensor, 4>{y.detach(), qd.grad(), kd.grad(), vd.grad()};
+    };
+    const auto want = reference(ops::document_mask(positions));
+    for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+      auto qg = q.to(torch::kCUDA, dtype).requires_grad_(), kg = k.to(torch::kCUDA, dtype).requires_grad_();
+      auto vg = v.to(torch::kCUDA, dtype).requires_grad_();
+      const auto y = ops::attention(qg, kg, vg, 0.0, ops::document_mask(positions.cuda()));
+      (y * r.to(torch::kCUDA, dtype)).sum().backward();
+      const std::string what = "T=" + std::to_string(T) + " " + std::string(c10::toString(dtype));
+      expect_near(y, want[0], tolerance(dtype), what + " y");
+      expect_near(qg.grad(), want[1], 2 * tolerance(dtype), what + " dq");
+      expect_near(kg.grad(), want[2], 2 * tolerance(dtype), what + " dk");
+      expect_near(vg.grad(), want[3], 2 * tolerance(dtype), what + " dv");
+    }
+  }
+}
+
 TEST(OpsDecodeAttention, KernelMatchesReference_CUDA) {
   LLMTRAIN_SKIP_WITHOUT_CUDA();
   torch::NoGradGuard no_grad;

@@ -15,7 +15,9 @@
 
 #include "llmtrain/config.h"
 #include "llmtrain/data/shard.h"
+#include "llmtrain/infer/generate.h"
 #include "llmtrain/io/hf_gpt2.h"
+#include "llmtrain/tokenizer/tokenizer.h"
 #include "llmtrain/dist/communicator.h"
 #include "llmtrain/train/graphed_step.h"
 #include "llmtrain/train/plot.h"
@@ -434,6 +436,57 @@ TEST(Trainer, FineTunesACheckpointOnSFTJsonl) {
                {"finetune.json.bad", "model.n_layer cannot be set when fine-tuning"});
   expect_error([&] { Trainer t(run.config("y", {"model.init_from=" + base_dir, "model.n_layer=3"})); },
                {"model.init_from", "n_layer"});
+}
+
+// Packed fine-tuning must teach what unpacked fine-tuning teaches: a prompt alone brings back its
+// answer. Twenty arbitrary question/answer pairs are learnt by heart, packed several to a window and
+// one to a window; greedy answers to each prompt, asked alone, are the same. (Packed windows whose
+// examples see each other teach answers that lean on the examples before them: asked alone, most of
+// them come out wrong, while the packed loss looks perfect.)
+TEST(Trainer, PackedFineTuningLearnsWhatUnpackedLearns) {
+  LLMTRAIN_REQUIRE_DATA_DIR(data);
+  RunFolder run;
+  const char* words[] = {"amber", "birch", "cobalt", "delta", "ember", "fjord", "garnet", "harbor", "indigo", "juniper",
+                         "kestrel", "lagoon", "meadow", "nimbus", "onyx", "prairie", "quartz", "raven", "saffron",
+                         "tundra"};
+  std::vector<std::pair<std::string, std::string>> pairs;
+  std::mt19937 rng(11);
+  std::ofstream out(run.dir.path + "/qa.jsonl");
+  for (int i = 0; i < 20; ++i) {
+    pairs.emplace_back("Code " + std::to_string(100 + 37 * i) + " means:",
+                       std::string(" ") + words[rng() % 20] + " " + words[rng() % 20] + " " + words[rng() % 20]);
+    out << nlohmann::json{{"prompt", pairs.back().first}, {"completion", pairs.back().second}}.dump() << "\n";
+  }
+  out.close();
+  const auto answers = [&](bool pack) {
+    const std::string name = pack ? "packed" : "unpacked";
+    Trainer t(run.config(name, {"data.train=" + run.dir.path + "/qa.jsonl", "data.val=", "data.pack=" + std::string(pack ? "true" : "false"), "data.shuffle=false",
+                                "tokenizer.kind=gpt2", "tokenizer.path=" + data + "/gpt2", "train.seq_len=32",
+                                "train.batch_size=4", "train.total_batch_tokens=0", "train.lr=3e-3", "train.warmup_steps=0",
+                                "train.schedule=constant", "train.max_steps=" + std::to_string(pack ? 80 : 160),
+                                "eval.every=0", "checkpoint.every=0"}));
+    t.run();
+    const auto tok = llmtrain::tokenizer::load_tokenizer("gpt2", data + "/gpt2");
+    llmtrain::infer::SamplingOptions greedy;
+    greedy.temperature = 0;
+    greedy.stop_tokens = {50256};
+    std::vector<std::string> got;
+    for (const auto& [prompt, answer] : pairs) {
+      const auto ids = tok->encode(prompt);
+      auto out_ids = llmtrain::infer::generate(t.model(), ids, 8, greedy);
+      out_ids.erase(out_ids.begin(), out_ids.begin() + long(ids.size()));
+      if (!out_ids.empty() && out_ids.back() == 50256) out_ids.pop_back();
+      got.push_back(tok->decode(out_ids));
+    }
+    return got;
+  };
+  const auto unpacked = answers(false), packed = answers(true);
+  int right = 0;
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    right += unpacked[i] == pairs[i].second;
+    EXPECT_EQ(packed[i], unpacked[i]) << pairs[i].first;
+  }
+  EXPECT_EQ(right, 20);  // learnt by heart
 }
 
 TEST(Trainer, DrawsTheLossCurves) {

@@ -39,10 +39,13 @@ struct DataLoaderOptions {
   torch::Device device = torch::kCPU; // where batches land; pinned host memory and async copies for CUDA
 };
 
-/// A batch: inputs and targets (B, T) int64, targets shifted by one token.
+/// A batch: inputs and targets (B, T) int64, targets shifted by one token; positions (B, T) int64 when
+/// its windows hold several documents (packed SFT examples): each token's position within its own,
+/// which keeps attention within documents (GPT2::forward's position_ids).
 struct Batch {
-  torch::Tensor inputs;   // (B, T)
-  torch::Tensor targets;  // (B, T)
+  torch::Tensor inputs;     // (B, T)
+  torch::Tensor targets;    // (B, T)
+  torch::Tensor positions;  // (B, T), or undefined: each row is one text
 };
 
 /// The position of the next window: the epoch, the shard's place in that epoch's order, and the

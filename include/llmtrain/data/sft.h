@@ -1,9 +1,11 @@
 // Supervised fine-tuning data: JSONL lines {"prompt": ..., "completion": ...} or {"text": ...} become
-// (T) windows whose targets are -100 wherever the loss must not look: on prompt tokens and padding.
-// An example is prompt + completion + end-of-text, and the loss covers the completion and the
+// examples whose targets are -100 wherever the loss must not look: on prompt tokens and padding. An
+// example is prompt + completion + end-of-text, and the loss covers the completion and the
 // end-of-text. Without packing each example fills one window (padded); with packing, whole examples
-// are laid one after another into windows (an example is never split; attention is not masked between
-// examples of one window, whose end-of-text tokens separate them).
+// are laid one after another into windows (an example is never split), anew each epoch from that
+// epoch's shuffled order, and each token's position within its example comes with the batch
+// (Batch::positions): the model attends only within an example (ops::document_mask), so examples of
+// one window never see each other and train exactly as they would alone.
 #pragma once
 
 #include <cstdint>
@@ -17,32 +19,43 @@
 
 namespace llmtrain::data {
 
-/// Tokenized, masked SFT windows, and seeded, rank-sharded, resumable batches of them.
+/// Tokenized, masked SFT examples, laid into windows and batched.
 ///   llmtrain::data::SFTDataset sft(*tok, {.path = "train.jsonl", .seq_len = 512});
-///   auto batch = sft.batch({0, 1, 2, 3});  // inputs, targets (4, 512); targets -100 off the completion
+///   auto batch = sft.batch(sft.windows({0, 1, 2, 3}));  // inputs, targets (B, 512); targets -100 off the completion
 class SFTDataset {
  public:
+  /// A window: the examples (indices) it holds, one after another.
+  using Window = std::vector<int64_t>;
+
   /// Throws llmtrain::Error naming file:line for malformed lines (unless skip_bad_lines), and when no
   /// example has a completion token within seq_len.
   SFTDataset(const tokenizer::Tokenizer& tok, SFTOptions options);
+  ~SFTDataset();
 
-  int64_t size() const { return int64_t(inputs_.size()); }  // windows
-  /// Windows `indices` as a batch (B, T).
-  Batch batch(const std::vector<int64_t>& indices) const;
+  int64_t size() const;  // examples kept
+  /// The windows of the examples taken in `order`: packed (SFTOptions::pack) or one example each.
+  std::vector<Window> windows(const std::vector<int64_t>& order) const;
+  /// `windows` as a batch (B, T); with packing, positions (B, T) too: each token's position within its
+  /// example, and the padding after the last example a document of its own.
+  Batch batch(const std::vector<Window>& windows) const;
+  const SFTOptions& options() const { return o_; }
 
-  int64_t examples() const { return examples_; }
+  int64_t examples() const { return read_; }      // examples read
   int64_t truncated() const { return truncated_; }  // examples cut at seq_len + 1 tokens
   int64_t dropped() const { return dropped_; }      // examples with no completion token left after cutting
   int64_t skipped_lines() const { return skipped_lines_; }
 
  private:
   SFTOptions o_;
-  std::vector<std::vector<int64_t>> inputs_, targets_;  // each (T)
-  int64_t examples_ = 0, truncated_ = 0, dropped_ = 0, skipped_lines_ = 0;
+  std::vector<std::vector<int64_t>> inputs_, targets_;  // each example's, at most seq_len
+  std::vector<int64_t> lengths_;
+  int64_t pad_ = 0;  // the end-of-text id
+  int64_t read_ = 0, truncated_ = 0, dropped_ = 0, skipped_lines_ = 0;
 };
 
-/// Endless batches of an SFTDataset: a seeded order per epoch, epochs as one stream; rank r of R takes
-/// the r-th run of B windows in every R * B. State: (epoch, 0, position).
+/// Endless batches of an SFTDataset: each epoch the examples in a seeded order, laid into windows in
+/// that order (packing: anew each epoch), epochs as one stream; rank r of R takes the r-th run of B
+/// windows in every R * B. State: (epoch, 0, the window's place in the epoch).
 ///   llmtrain::data::SFTLoader loader(sft, {.batch_size = 8});  auto b = loader.next();
 class SFTLoader final : public BatchSource {
  public:
@@ -57,13 +70,15 @@ class SFTLoader final : public BatchSource {
   Batch next() override;
   DataLoaderState state() const override { return state_; }
   void load_state(const DataLoaderState& state) override;
+  /// The windows of the current epoch.
+  int64_t windows_per_epoch() const { return int64_t(windows_.size()); }
 
  private:
   void seek(const DataLoaderState& state);
   const SFTDataset& data_;
   Options o_;
   DataLoaderState state_;
-  std::vector<int64_t> order_;
+  std::vector<SFTDataset::Window> windows_;  // the epoch's
 };
 
 }  // namespace llmtrain::data

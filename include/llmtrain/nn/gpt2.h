@@ -52,8 +52,9 @@ class CausalSelfAttentionImpl : public torch::nn::Cloneable<CausalSelfAttentionI
   explicit CausalSelfAttentionImpl(GPT2Config cfg);
   void reset() override;
   /// `cache`: a prefill's, whose keys and values are stored there (a decode step goes through
-  /// Block::decode_residual).
-  torch::Tensor forward(const torch::Tensor& x, const LayerCache* cache = nullptr);  // (B, T, C) -> (B, T, C)
+  /// Block::decode_residual). `mask`: ops::attention's (packed documents), undefined: causal.
+  torch::Tensor forward(const torch::Tensor& x, const LayerCache* cache = nullptr,
+                        const torch::Tensor& mask = {});  // (B, T, C) -> (B, T, C)
 
   GPT2Config cfg;
   torch::nn::Linear c_attn{nullptr}, c_proj{nullptr};
@@ -83,7 +84,8 @@ class BlockImpl : public torch::nn::Cloneable<BlockImpl> {
   /// The block on the input x + delta, with that residual add fused into ln_1 (delta may be
   /// undefined), returning {h, mlp branch}: their sum is the output, left for the next block's ln_1.
   std::pair<torch::Tensor, torch::Tensor> forward_residual(const torch::Tensor& x, const torch::Tensor& delta,
-                                                           const LayerCache* cache = nullptr);
+                                                           const LayerCache* cache = nullptr,
+                                                           const torch::Tensor& mask = {});
   /// forward_residual's decode step (cache.positions defined, one token a row).
   std::pair<torch::Tensor, torch::Tensor> decode_residual(const torch::Tensor& x, const torch::Tensor& delta,
                                                           const LayerCache& cache);
@@ -102,13 +104,16 @@ class GPT2TransformerImpl : public torch::nn::Cloneable<GPT2TransformerImpl> {
   explicit GPT2TransformerImpl(GPT2Config cfg);
   void reset() override;
   /// With `cache`, its layers' keys and values are stored (and, given positions (B) int64, a decode step
-  /// of one token per row at those positions; see LayerCache).
-  torch::Tensor forward(const torch::Tensor& idx, KVCache* cache = nullptr,
-                        const torch::Tensor& positions = {});  // (B, T) int64 -> (B, T, C)
+  /// of one token per row at those positions; see LayerCache). `position_ids` (B, T) int64, without a
+  /// cache: each token's position within its document in windows of packed documents, which attend
+  /// only within themselves (ops::document_mask); undefined: each row is one text at positions 0..T-1.
+  torch::Tensor forward(const torch::Tensor& idx, KVCache* cache = nullptr, const torch::Tensor& positions = {},
+                        const torch::Tensor& position_ids = {});  // (B, T) int64 -> (B, T, C)
   /// forward before the final norm: {x, delta}, the last block's residual add left pending (delta
   /// undefined when there is no block); forward is ln_f(x + delta).
   std::pair<torch::Tensor, torch::Tensor> forward_residual(const torch::Tensor& idx, KVCache* cache = nullptr,
-                                                           const torch::Tensor& positions = {});
+                                                           const torch::Tensor& positions = {},
+                                                           const torch::Tensor& position_ids = {});
 
   GPT2Config cfg;
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};  // (padded V, C), (block_size, C)
@@ -135,12 +140,14 @@ class GPT2Impl : public torch::nn::Cloneable<GPT2Impl> {
   /// idx and targets (B, T) int64 with T <= block_size; ids in [0, vocab_size), targets also -100
   /// (ignored). Throws llmtrain::Error for shapes, and for ids out of range: at once on the CPU; on a
   /// CUDA device, where ids are checked without stalling the GPU, from check_inputs() or the next
-  /// forward (the bad batch's loss is NaN).
-  GPT2Output forward(const torch::Tensor& idx, const torch::Tensor& targets = {});
+  /// forward (the bad batch's loss is NaN). `position_ids` (B, T) int64: windows of packed documents,
+  /// each token's position within its own (see GPT2Transformer::forward); checked on the CPU only.
+  GPT2Output forward(const torch::Tensor& idx, const torch::Tensor& targets = {},
+                     const torch::Tensor& position_ids = {});
   /// The training loss alone: forward's loss, with the logits' memory reused for their gradient (the
   /// logits are never returned), which saves a (B, T, padded V) buffer. Backward runs once.
   ///   auto loss = model->loss(idx, targets);  loss.backward();
-  torch::Tensor loss(const torch::Tensor& idx, const torch::Tensor& targets);
+  torch::Tensor loss(const torch::Tensor& idx, const torch::Tensor& targets, const torch::Tensor& position_ids = {});
   /// Throws llmtrain::Error for an id out of range that an earlier forward on a CUDA device saw,
   /// waiting for those forwards (free right after the host has read their loss); with `wait` false,
   /// only when the device has finished checking every forward queued so far.
@@ -169,7 +176,8 @@ class GPT2Impl : public torch::nn::Cloneable<GPT2Impl> {
   GPT2Transformer transformer{nullptr};
 
  private:
-  torch::Tensor padded_logits(const torch::Tensor& idx, const torch::Tensor& targets);  // (B, T, padded V)
+  torch::Tensor padded_logits(const torch::Tensor& idx, const torch::Tensor& targets,
+                              const torch::Tensor& position_ids);  // (B, T, padded V)
 };
 TORCH_MODULE(GPT2);
 

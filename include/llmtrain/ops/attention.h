@@ -6,13 +6,22 @@
 
 namespace llmtrain::ops {
 
-/// softmax(q k^T / sqrt(D) + causal mask) v, with dropout on the attention weights when
-/// dropout_p > 0. Position t attends to positions 0..t only.
+/// softmax(q k^T / sqrt(D) + mask) v, with dropout on the attention weights when dropout_p > 0.
+/// Without `mask` the mask is causal: position t attends to positions 0..t. With one (document_mask's
+/// (B, 1, T, T) bool, true where query t may attend to key s) it replaces the causal mask; on CUDA it
+/// runs as a masked (memory-efficient) attention.
 ///   auto y = llmtrain::ops::attention(q, k, v);  // (B, H, T, D)
 at::Tensor attention(const at::Tensor& q,  // (B, H, T, D)
                      const at::Tensor& k,  // (B, H, T, D)
                      const at::Tensor& v,  // (B, H, T, D)
-                     double dropout_p = 0.0);
+                     double dropout_p = 0.0, const at::Tensor& mask = {});
+
+/// The causal mask of windows that hold several documents one after another (packed fine-tuning
+/// examples): `positions` (B, T) int64 is each token's position in its document, and a document
+/// starts wherever its position is 0. Query t attends to key s when s <= t and both lie in one
+/// document (s >= t - positions[t]). Returns (B, 1, T, T) bool on positions' device.
+///   auto mask = llmtrain::ops::document_mask(positions);  // block-diagonal and causal
+at::Tensor document_mask(const at::Tensor& positions);
 
 /// One decoding step, a new token per row at a position of its own: row b's key and value (from qkv,
 /// c_attn's output [q | k | v] with heads of D = C / H) are written into the caches at positions[b],

@@ -24,7 +24,7 @@ struct DataConfig {
   std::string train;             // shard glob, or an SFT JSONL file
   std::string val;               // the same kind as train; empty: evaluate on train
   std::string format = "auto";   // shards | sft | auto (sft for *.jsonl)
-  bool pack = false;             // sft: several examples per window
+  bool pack = false;             // sft: several examples per window (each attends only to itself; laid anew each epoch)
   bool shuffle = true;           // train batches in a seeded order each epoch; false: file order
   std::string shuffle_unit = "window";  // shards: window | batch (whole batches of the text, llm.c's order)
 };
