@@ -9,8 +9,11 @@
 #include <fstream>
 #include <iterator>
 
+#include "cli.h"
+
 int main(int argc, char** argv) {
   CLI::App app{"Train a SentencePiece tokenizer (BPE or unigram) on text files"};
+  llmtrain_cli::setup(app, "train_tokenizer --vocab-size 4096 --out tok/sp corpus.txt");
   llmtrain::tokenizer::SentencePieceTrainOptions o;
   app.add_option("inputs", o.inputs, "text files")->required()->check(CLI::ExistingFile);
   app.add_option("--out", o.model_prefix, "writes OUT.model and OUT.vocab")->required();
@@ -22,8 +25,13 @@ int main(int argc, char** argv) {
   app.add_flag("--force", o.force, "replace existing OUT.model and OUT.vocab files");
   bool no_byte_fallback = false;
   app.add_flag("--no-byte-fallback", no_byte_fallback, "map unknown characters to <unk> instead of bytes");
+  bool fold_whitespace = false;
+  app.add_flag("--fold-whitespace", fold_whitespace,
+               "normalise as SentencePiece does by default (NFKC; newlines and runs of spaces become one space) "
+               "instead of keeping the text as it is");
   CLI11_PARSE(app, argc, argv);
   o.byte_fallback = !no_byte_fallback;
+  o.keep_whitespace = !fold_whitespace;
   try {
     const auto start = std::chrono::steady_clock::now();
     llmtrain::tokenizer::train_sentencepiece(o);

@@ -154,6 +154,9 @@ std::string SentencePiece::decode(const std::vector<int32_t>& ids) const {
 int64_t SentencePiece::vocab_size() const { return int64_t(impl_->bytes_of.size()); }
 
 std::optional<int32_t> SentencePiece::eot_id() const { return impl_->eos; }
+std::optional<std::string> SentencePiece::eot_text() const {
+  return impl_->eos ? std::optional<std::string>(impl_->eos_text) : std::nullopt;
+}
 
 void train_sentencepiece(const SentencePieceTrainOptions& o) {
   LLMTRAIN_CHECK(!o.inputs.empty(), "train_sentencepiece: no input files");
@@ -195,6 +198,10 @@ void train_sentencepiece(const SentencePieceTrainOptions& o) {
       {"byte_fallback", o.byte_fallback ? "true" : "false"},
       {"max_sentence_length", std::to_string(o.max_line_bytes)},
       {"minloglevel", "1"}};
+  if (o.keep_whitespace) {  // chat formats and code keep their lines and indentation
+    args.emplace_back("normalization_rule_name", "identity");
+    args.emplace_back("remove_extra_whitespaces", "false");
+  }
   if (o.max_sentences > 0) {
     args.emplace_back("input_sentence_size", std::to_string(o.max_sentences));
     args.emplace_back("shuffle_input_sentence", "true");

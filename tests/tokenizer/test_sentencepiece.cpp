@@ -124,3 +124,41 @@ TEST(SentencePiece, ACorruptNormalizerTableIsRefusedNotFollowed) {
   SentencePiece good(llmtrain::testing::test_source_dir() + "/tests/fuzz/corpus/sentencepiece/bpe300.model");
   EXPECT_EQ(good.decode(good.encode("the quick brown fox")), "the quick brown fox");
 }
+
+// The tokenizers llmtrain trains keep text as it is: newlines (as byte pieces) and runs of spaces come
+// back from decode, so samples and chat formats keep their lines; --fold-whitespace gives
+// SentencePiece's own normalisation, which folds them.
+TEST(SentencePiece, TrainedModelsKeepNewlinesAndRunsOfSpaces) {
+  Trained t("bpe");
+  const auto tok = llmtrain::tokenizer::load_tokenizer("sentencepiece", t.model);
+  for (const std::string text : {"the model\nlearns\n\nfrom  data", "User: hi\nAssistant:   fast\n", "a\tb\r\nc"})
+    EXPECT_EQ(tok->decode(tok->encode(text)), text);
+  llmtrain::tokenizer::SentencePieceTrainOptions o;
+  o.inputs = {t.dir + "/corpus.txt"};
+  o.model_prefix = t.dir + "/folded";
+  o.vocab_size = 330;
+  o.keep_whitespace = false;
+  train_sentencepiece(o);
+  const auto folded = llmtrain::tokenizer::load_tokenizer("sentencepiece", o.model_prefix + ".model");
+  EXPECT_EQ(folded->decode(folded->encode("the model\nlearns  data")), "the model learns data");
+}
+
+// Decoding gives the tokens' bytes; what is printed is valid UTF-8: a lone byte piece of a character
+// becomes U+FFFD, and a stream holds back a character until its last byte has come.
+TEST(SentencePiece, PrintedTextIsAlwaysValidUtf8) {
+  Trained t("bpe");
+  const auto tok = llmtrain::tokenizer::load_tokenizer("sentencepiece", t.model);
+  const std::string emoji = "\xF0\x9F\x98\x80";  // a character the corpus never had: four byte pieces
+  const auto ids = tok->encode(emoji);
+  ASSERT_GE(ids.size(), 4u);
+  const std::string lone = tok->decode({ids.back()});
+  EXPECT_EQ(lone, "\x80");
+  EXPECT_EQ(llmtrain::tokenizer::printable_utf8(lone), "\xEF\xBF\xBD");
+  const std::string cut = tok->decode({ids.begin(), ids.end() - 2});  // the emoji's first two bytes
+  EXPECT_EQ(cut.substr(cut.size() - 2), emoji.substr(0, 2));
+  EXPECT_EQ(llmtrain::tokenizer::complete_utf8_prefix(cut), cut.size() - 2);
+  const std::string whole = tok->decode(ids);
+  EXPECT_EQ(llmtrain::tokenizer::complete_utf8_prefix(whole), whole.size());
+  EXPECT_EQ(llmtrain::tokenizer::printable_utf8(whole), whole);
+  EXPECT_EQ(llmtrain::tokenizer::printable_utf8("a\xFF" "b"), "a\xEF\xBF\xBD" "b");
+}

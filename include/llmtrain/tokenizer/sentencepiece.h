@@ -28,6 +28,7 @@ class SentencePiece final : public Tokenizer {
   int64_t vocab_size() const override;
   /// The end-of-sequence id (e.g. </s> = 2 for Llama), if the model has one.
   std::optional<int32_t> eot_id() const override;
+  std::optional<std::string> eot_text() const override;
 
  private:
   struct Impl;
@@ -42,6 +43,8 @@ struct SentencePieceTrainOptions {
   int64_t vocab_size = 8000;
   double character_coverage = 0.9995;
   bool byte_fallback = true;         // unknown characters become byte pieces, never <unk>
+  bool keep_whitespace = true;       // text as it is: newlines (byte pieces) and runs of spaces kept; false:
+                                     // SentencePiece's NFKC, which folds them into single spaces
   int64_t max_sentences = 0;         // 0: every line; else a random sample of this many
   int64_t max_line_bytes = 1 << 16;  // longer lines are skipped (SentencePiece's own default: 4192)
   bool force = false;                // replace existing <prefix>.model / .vocab files
