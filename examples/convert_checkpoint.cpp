@@ -4,19 +4,28 @@
 //   build/bin/convert_checkpoint --from native runs/sotu_gpt2_124m --to hf exported/
 // native: an llmtrain checkpoint folder or a run's out_dir (newest checkpoint) in; a model-only
 // checkpoint out, which finetune_gpt2 --from and model.init_from read. hf: a Hugging Face folder
-// (config.json, model.safetensors). llmc: an llm.c model file (in only).
+// (config.json, model.safetensors) with the model's tokenizer (tokenizer_config.json, and vocab.json +
+// merges.txt or tokenizer.model) for transformers' AutoTokenizer. llmc: an llm.c model file (in only).
 #include <CLI/CLI.hpp>
 #include <llmtrain/llmtrain.h>
 
 #include <cstdio>
 
+#include "cli.h"
+
 int main(int argc, char** argv) {
   CLI::App app{"Convert a GPT-2 checkpoint between llmtrain, Hugging Face and llm.c formats"};
+  llmtrain_cli::setup(app, "convert_checkpoint --from native runs/demo/model --to hf exported/demo");
   std::vector<std::string> from, to;
   app.add_option("--from", from, "FORMAT IN: native | hf | llmc, and the path")->required()->expected(2);
   app.add_option("--to", to, "FORMAT OUT: native | hf, and the path")->required()->expected(2);
   bool force = false;
   app.add_flag("--force", force, "replace an existing output that llmtrain did not write");
+  std::string kind, tok_path;
+  app.add_option("--tokenizer", kind, "the tokenizer to carry (gpt2 or sentencepiece; default: the model's own, "
+                                      "GPT-2's for an llm.c file)")
+      ->check(CLI::IsMember({"gpt2", "sentencepiece"}));
+  app.add_option("--tokenizer-path", tok_path, "its GPT-2 folder or .model file");
   CLI11_PARSE(app, argc, argv);
   try {
     llmtrain::nn::GPT2 model{nullptr};
@@ -24,12 +33,16 @@ int main(int argc, char** argv) {
     else if (from[0] == "hf") model = llmtrain::io::load_hf_gpt2(from[1]);
     else if (from[0] == "llmc") model = llmtrain::io::load_llmc_gpt2(from[1]);
     else throw llmtrain::Error("--from " + from[0] + ": expected native, hf or llmc");
+    std::optional<llmtrain::train::TokenizerConfig> tok = llmtrain::train::model_tokenizer(from[1]);
+    if (!kind.empty()) tok = llmtrain::train::TokenizerConfig{kind, tok_path, ""};
+    else if (!tok && from[0] == "llmc") tok = llmtrain::train::TokenizerConfig{"gpt2", tok_path, ""};
     const llmtrain::fs::OutputOptions out{"--to " + to[0], {from[1]}, force};
-    if (to[0] == "native") llmtrain::train::save_model_checkpoint(model, to[1], out);
-    else if (to[0] == "hf") llmtrain::io::save_hf_gpt2(model, to[1], out);
+    if (to[0] == "native") llmtrain::train::save_model_checkpoint(model, to[1], out, tok);
+    else if (to[0] == "hf") llmtrain::train::save_hf_model(model, to[1], out, tok);
     else throw llmtrain::Error("--to " + to[0] + ": expected native or hf");
-    std::printf("%s %s -> %s %s (%.1fM parameters)\n", from[0].c_str(), from[1].c_str(), to[0].c_str(),
-                to[1].c_str(), double(model->num_parameters()) / 1e6);
+    std::printf("%s %s -> %s %s (%.1fM parameters; tokenizer: %s)\n", from[0].c_str(), from[1].c_str(), to[0].c_str(),
+                to[1].c_str(), double(model->num_parameters()) / 1e6,
+                tok ? (tok->kind + (tok->path.empty() ? "" : " " + tok->path)).c_str() : "none");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "convert_checkpoint: %s\n", llmtrain::describe(e).c_str());
     return 1;

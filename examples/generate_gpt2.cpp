@@ -1,7 +1,8 @@
 // generate_gpt2: continues a prompt with a trained checkpoint or a Hugging Face GPT-2 folder, printing
 // tokens as they come (KV cache; on a GPU in bfloat16 with the decode step as a CUDA graph).
-//   build/bin/generate_gpt2 --checkpoint runs/sotu_gpt2_124m --vocab-dir ../shared/data/gpt2 \
-//       --prompt "My fellow Americans" --max-new-tokens 64 --temperature 0.8 --top-k 50
+//   build/bin/generate_gpt2 --checkpoint runs/sotu_gpt2_124m --prompt "My fellow Americans" \
+//       --max-new-tokens 64 --temperature 0.8 --top-k 50
+// The tokenizer is the model's own (a run folder's copy; a Hugging Face folder's files) unless named.
 #include <CLI/CLI.hpp>
 #include <llmtrain/llmtrain.h>
 #include <nlohmann/json.hpp>
@@ -11,9 +12,12 @@
 #include <climits>
 #include <cstdio>
 
+#include "cli.h"
+
 int main(int argc, char** argv) {
   CLI::App app{"Generate text from a GPT-2 checkpoint"};
-  std::string checkpoint, prompt, prompt_ids, stop_ids, vocab_dir, tokenizer = "gpt2", model_file, format = "text",
+  llmtrain_cli::setup(app, "generate_gpt2 --checkpoint runs/demo/model --prompt \"The meaning of life\" --max-new-tokens 60");
+  std::string checkpoint, prompt, prompt_ids, stop_ids, vocab_dir, tokenizer, model_file, format = "text",
       device = "auto", dtype = "auto";
   int64_t max_new = 64;
   llmtrain::infer::SamplingOptions o;
@@ -28,7 +32,8 @@ int main(int argc, char** argv) {
   app.add_option("--top-p", o.top_p, "keep the most likely tokens up to this probability mass")->capture_default_str();
   app.add_option("--seed", o.seed, "sampling seed")->capture_default_str();
   app.add_option("--stop-ids", stop_ids, "ids that end generation, a JSON array (default: the tokenizer's end-of-text)");
-  app.add_option("--tokenizer", tokenizer, "gpt2 or sentencepiece")->capture_default_str();
+  app.add_option("--tokenizer", tokenizer, "gpt2 or sentencepiece (default: the model's own, else gpt2)")
+      ->check(CLI::IsMember({"gpt2", "sentencepiece"}));
   app.add_option("--vocab-dir", vocab_dir, "GPT-2 files (default: $LLMTRAIN_GPT2_DIR, else $LLMTRAIN_DATA_DIR/gpt2)");
   app.add_option("--model", model_file, "SentencePiece .model file");
   app.add_option("--format", format, "text or ids")->capture_default_str()->check(CLI::IsMember({"text", "ids"}));
@@ -46,8 +51,14 @@ int main(int argc, char** argv) {
     const bool bf16 = dtype == "bfloat16" || (dtype == "auto" && cuda);
     model->to(cuda ? torch::kCUDA : torch::kCPU, bf16 ? torch::kBFloat16 : torch::kFloat);
     std::unique_ptr<llmtrain::tokenizer::Tokenizer> tok;
-    if (format == "text" || !prompt.empty())
-      tok = llmtrain::tokenizer::load_tokenizer(tokenizer, tokenizer == "gpt2" ? vocab_dir : model_file);
+    if (format == "text" || !prompt.empty()) {
+      // The model's own tokenizer (a run's copy, a Hugging Face folder's files) unless one is named here.
+      const auto own = tokenizer.empty() && vocab_dir.empty() && model_file.empty()
+                           ? llmtrain::train::model_tokenizer(checkpoint) : std::nullopt;
+      if (own) tok = llmtrain::train::load_tokenizer(*own);
+      else if (tokenizer.empty()) tokenizer = model_file.empty() ? "gpt2" : "sentencepiece";
+      if (!own) tok = llmtrain::tokenizer::load_tokenizer(tokenizer, tokenizer == "gpt2" ? vocab_dir : model_file);
+    }
     std::vector<int32_t> ids;
     if (!prompt_ids.empty()) {
       ids = llmtrain::tokenizer::parse_ids(prompt_ids, "--prompt-ids", model->cfg.vocab_size());
@@ -66,13 +77,15 @@ int main(int argc, char** argv) {
     // would lose what depends on its neighbours (SentencePiece drops a leading space at each call).
     std::vector<int32_t> shown = prompt.empty() && prompt_ids.empty() ? std::vector<int32_t>{} : ids;
     size_t printed = 0;
-    const auto print_new = [&] {
+    // A character split over tokens waits for its last byte; bytes that are no UTF-8 print as U+FFFD.
+    const auto print_new = [&](bool last) {
       const std::string text = tok->decode(shown);
-      if (text.size() > printed) std::fwrite(text.data() + printed, 1, text.size() - printed, stdout);
+      const size_t ready = last ? text.size() : llmtrain::tokenizer::complete_utf8_prefix(text);
+      if (ready > printed) std::fputs(llmtrain::tokenizer::printable_utf8(text.substr(printed, ready - printed)).c_str(), stdout);
       std::fflush(stdout);
-      printed = text.size();
+      printed = std::max(printed, ready);
     };
-    if (format == "text") print_new();
+    if (format == "text") print_new(false);
     std::vector<int32_t> produced;
     llmtrain::infer::GeneratorOptions run;
     run.cuda_graph = !eager;
@@ -81,9 +94,10 @@ int main(int argc, char** argv) {
       produced.push_back(id);
       if (format == "text" && !is_stop(id)) {
         shown.push_back(id);
-        print_new();
+        print_new(false);
       }
     });
+    if (format == "text") print_new(true);
     if (format == "ids") std::printf("%s", nlohmann::json(produced).dump().c_str());
     std::printf("\n");
   } catch (const std::exception& e) {

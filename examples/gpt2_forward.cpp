@@ -11,8 +11,11 @@
 #include <cmath>
 #include <cstdio>
 
+#include "cli.h"
+
 int main(int argc, char** argv) {
   CLI::App app{"Run a randomly initialised GPT-2 forward and backward and time it"};
+  llmtrain_cli::setup(app, "gpt2_forward --preset gpt2 --batch 4 --seq 256");
   std::string preset = "tiny", device = "cpu";
   int64_t batch = 4, seq = 64;
   int iters = 3;

@@ -7,8 +7,11 @@
 
 #include <cstdio>
 
+#include "cli.h"
+
 int main(int argc, char** argv) {
   CLI::App app{"Tokenize text into train/val token shards, documents separated by end-of-text"};
+  llmtrain_cli::setup(app, "prepare_data --tokenizer gpt2 --vocab-dir ../shared/data/gpt2 --out data/sotu ../shared/data/sotu");
   llmtrain::data::PrepareOptions o;
   std::string kind = "gpt2", vocab_dir, model;
   app.add_option("inputs", o.inputs, "text files, JSONL files (*.jsonl) or folders of them");

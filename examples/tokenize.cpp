@@ -8,8 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "cli.h"
+
 int main(int argc, char** argv) {
   CLI::App app{"Text on stdin to GPT-2 (or SentencePiece) token ids on stdout, or back"};
+  llmtrain_cli::setup(app, "echo \"Hello world\" | tokenize --vocab-dir ../shared/data/gpt2");
   std::string kind = "gpt2", vocab_dir, model;
   bool decode = false, allow_special = false;
   app.add_option("--tokenizer", kind, "gpt2 or sentencepiece")->capture_default_str();
@@ -32,7 +35,7 @@ int main(int argc, char** argv) {
     LLMTRAIN_CHECK(!std::ferror(stdin), "cannot read stdin");
     if (decode) {
       const std::vector<int32_t> v = llmtrain::tokenizer::parse_ids(input, "--decode: stdin", tok->vocab_size());
-      const std::string text = tok->decode(v);
+      const std::string text = llmtrain::tokenizer::printable_utf8(tok->decode(v));
       std::fwrite(text.data(), 1, text.size(), stdout);
     } else {
       const std::vector<int32_t> ids = tok->encode(input, allow_special);

@@ -5,18 +5,38 @@
 
 #include <cstdio>
 
+#include "cli.h"
+
 int main(int argc, char** argv) {
   CLI::App app{"Train GPT-2 from a JSON config"};
+  llmtrain_cli::setup(app, "train_gpt2 --config examples/configs/demo_cpu.json --set train.max_steps=100");
   std::string config_path;
   std::vector<std::string> sets;
   llmtrain::train::RunOptions run;
-  app.add_option("--config", config_path, "JSON config (see examples/configs/)")->required();
+  auto* config = app.add_option("--config", config_path, "JSON config (docs/CONFIG.md lists every key)");
   app.add_option("--set", sets, "override a key, e.g. --set train.lr=3e-4 (repeatable)");
   app.add_flag("--resume", run.resume, "continue from the newest complete checkpoint in out_dir");
   app.add_flag("--force", run.force, "write into an out_dir that holds files llmtrain did not write (config.json, ...)");
+  bool print = false, reference = false, quiet = false;
+  app.add_flag("--print-config", print, "print the full config (every key; defaults where --config and --set say "
+                                        "nothing) and exit");
+  app.add_flag("--print-reference", reference, "print every key with its type, default and meaning (Markdown) and exit");
+  app.add_flag("--quiet", quiet, "no progress line or samples (train.quiet)");
   CLI11_PARSE(app, argc, argv);
   try {
-    llmtrain::train::run_training(llmtrain::train::TrainerConfig::load(config_path, sets), run);
+    if (reference) {
+      std::printf("%s", llmtrain::train::TrainerConfig::reference().c_str());
+      return 0;
+    }
+    if (quiet) sets.push_back("train.quiet=true");
+    const auto cfg = config->count() ? llmtrain::train::TrainerConfig::load(config_path, sets)
+                                     : llmtrain::train::TrainerConfig::parse("{}", "the defaults", sets);
+    if (print) {
+      std::printf("%s\n", cfg.to_json().c_str());
+      return 0;
+    }
+    LLMTRAIN_CHECK(config->count(), "--config is required (train_gpt2 --print-config prints a full one to start from)");
+    llmtrain::train::run_training(cfg, run);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train_gpt2: %s\n", llmtrain::describe(e).c_str());
     return 1;

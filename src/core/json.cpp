@@ -1,6 +1,8 @@
 #include "json.h"
 
 #include <cmath>
+#include <unordered_set>
+#include <vector>
 
 #include "llmtrain/core/error.h"
 
@@ -37,12 +39,31 @@ Json parse(std::string_view text, const std::string& source) {
   const size_t deep = too_deep_at(text);
   LLMTRAIN_CHECK(deep == std::string_view::npos, source, ": JSON nested deeper than ", kMaxDepth, " levels (at byte ",
                  deep, ")");
+  // A key given twice in one object would silently lose one of its values: refused, named by its path.
+  struct Open {
+    std::unordered_set<std::string> keys;
+    std::string key;  // the last one read
+  };
+  std::vector<Open> open;
+  std::string twice;
+  const Json::parser_callback_t unique_keys = [&](int, Json::parse_event_t event, Json& parsed) {
+    if (event == Json::parse_event_t::object_start) open.emplace_back();
+    else if (event == Json::parse_event_t::object_end && !open.empty()) open.pop_back();
+    else if (event == Json::parse_event_t::key && twice.empty() && !open.empty()) {
+      open.back().key = parsed.get<std::string>();
+      if (!open.back().keys.insert(open.back().key).second)
+        for (const auto& o : open) twice += (twice.empty() ? "" : ".") + o.key;
+    }
+    return true;
+  };
+  Json doc;
   try {
-    return Json::parse(text);
+    doc = Json::parse(text, unique_keys);
   } catch (const Json::exception& e) {
     LLMTRAIN_CHECK(false, source, ": not valid JSON (", cut(e.what()), ")");
   }
-  return {};
+  LLMTRAIN_CHECK(twice.empty(), source, ": the key \"", cut(twice, 80), "\" is given twice (one of its values would be lost)");
+  return doc;
 }
 
 Json parse_file(const std::string& path, uint64_t limit) { return parse(fs::read_file(path, limit), path); }

@@ -3,6 +3,8 @@
 #include "llmtrain/train/config.h"
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <variant>
 
 #include "llmtrain/core/error.h"
@@ -18,32 +20,67 @@ using FieldPtr = std::variant<int64_t*, uint64_t*, double*, bool*, std::string*>
 struct Field {
   std::string key;  // "train.lr", or "out_dir" at the top
   FieldPtr ptr;
+  const char* doc;  // what the key means, for docs/CONFIG.md and --print-config's reference
 };
 
 std::vector<Field> fields(TrainerConfig& c) {
   return {
-      {"model.preset", &c.model.preset},         {"model.n_layer", &c.model.n_layer},
-      {"model.n_head", &c.model.n_head},         {"model.n_embd", &c.model.n_embd},
-      {"model.block_size", &c.model.block_size}, {"model.vocab_size", &c.model.vocab_size},
-      {"model.dropout", &c.model.dropout},       {"model.init_from", &c.model.init_from},
-      {"data.train", &c.data.train},             {"data.val", &c.data.val},
-      {"data.format", &c.data.format},           {"data.pack", &c.data.pack},
-      {"data.shuffle", &c.data.shuffle},         {"data.shuffle_unit", &c.data.shuffle_unit},
-      {"tokenizer.kind", &c.tokenizer.kind},     {"tokenizer.path", &c.tokenizer.path},
-      {"train.batch_size", &c.train.batch_size},
-      {"train.seq_len", &c.train.seq_len},       {"train.total_batch_tokens", &c.train.total_batch_tokens},
-      {"train.max_steps", &c.train.max_steps},   {"train.lr", &c.train.lr},
-      {"train.min_lr_frac", &c.train.min_lr_frac}, {"train.warmup_steps", &c.train.warmup_steps},
-      {"train.schedule", &c.train.schedule},     {"train.weight_decay", &c.train.weight_decay},
-      {"train.beta1", &c.train.beta1},           {"train.beta2", &c.train.beta2},
-      {"train.grad_clip", &c.train.grad_clip},   {"train.precision", &c.train.precision},
-      {"train.rounding", &c.train.rounding},     {"train.seed", &c.train.seed},             {"train.cuda_graph", &c.train.cuda_graph},
-      {"train.bucket_mb", &c.train.bucket_mb},   {"train.zero", &c.train.zero},   {"eval.every", &c.eval.every},
-      {"eval.batches", &c.eval.batches},         {"checkpoint.every", &c.checkpoint.every},
-      {"checkpoint.keep", &c.checkpoint.keep},   {"sample.every", &c.sample.every},
-      {"sample.tokens", &c.sample.tokens},       {"sample.prompt", &c.sample.prompt},
-      {"sample.temperature", &c.sample.temperature}, {"sample.top_k", &c.sample.top_k},
-      {"out_dir", &c.out_dir},                   {"device", &c.device},
+      {"model.preset", &c.model.preset, "GPT-2 shape to start from: tiny, gpt2, gpt2-medium, gpt2-large or gpt2-xl; "
+                                        "the model keys below override it when > 0"},
+      {"model.n_layer", &c.model.n_layer, "transformer blocks (0: the preset's)"},
+      {"model.n_head", &c.model.n_head, "attention heads; n_embd must be a multiple (0: the preset's)"},
+      {"model.n_embd", &c.model.n_embd, "width of the residual stream (0: the preset's)"},
+      {"model.block_size", &c.model.block_size, "longest sequence, the positions the model has (0: the preset's)"},
+      {"model.vocab_size", &c.model.vocab_size, "token ids, at least the tokenizer's (0: the preset's, 50257)"},
+      {"model.dropout", &c.model.dropout, "dropout probability on embeddings, attention weights and residual branches"},
+      {"model.init_from", &c.model.init_from, "weights the run starts from (fine-tuning): a checkpoint, a run folder, "
+                                              "a Hugging Face folder or an llm.c .bin; empty: random initialisation"},
+      {"data.train", &c.data.train, "training data: a glob of token shards (prepare_data) or an SFT .jsonl file"},
+      {"data.val", &c.data.val, "validation data of the same kind; empty: evaluate on the training data"},
+      {"data.format", &c.data.format, "shards, sft, or auto (sft for names ending in .jsonl)"},
+      {"data.pack", &c.data.pack, "sft: several examples per window, each attending only to itself, packed anew "
+                                  "each epoch"},
+      {"data.shuffle", &c.data.shuffle, "train on a seeded order each epoch; false: file order"},
+      {"data.shuffle_unit", &c.data.shuffle_unit, "shards: window (each window) or batch (whole batches of the text, "
+                                                  "llm.c's order)"},
+      {"tokenizer.kind", &c.tokenizer.kind, "gpt2, sentencepiece, or empty (none: no SFT and no samples)"},
+      {"tokenizer.path", &c.tokenizer.path, "GPT-2 BPE folder (encoder.json + vocab.bpe; empty: $LLMTRAIN_GPT2_DIR) "
+                                            "or SentencePiece .model file; relative to the config's folder when "
+                                            "sha256 is set (as in the configs llmtrain writes)"},
+      {"tokenizer.sha256", &c.tokenizer.sha256, "SHA-256 of the tokenizer's files one after another; when set, a "
+                                                "tokenizer whose files differ is refused (a run folder sets it)"},
+      {"train.batch_size", &c.train.batch_size, "windows per micro-step on each rank"},
+      {"train.seq_len", &c.train.seq_len, "tokens per window, at most model.block_size"},
+      {"train.total_batch_tokens", &c.train.total_batch_tokens, "tokens per optimizer step over all ranks, a multiple "
+                                                                "of batch_size x seq_len x ranks (0: one micro-step)"},
+      {"train.max_steps", &c.train.max_steps, "optimizer steps of the run"},
+      {"train.lr", &c.train.lr, "peak learning rate"},
+      {"train.min_lr_frac", &c.train.min_lr_frac, "the learning rate at the end, as a fraction of lr"},
+      {"train.warmup_steps", &c.train.warmup_steps, "steps of linear warm-up from 0 to lr"},
+      {"train.schedule", &c.train.schedule, "constant, cosine, linear or wsd (warm-up, stable, decay)"},
+      {"train.weight_decay", &c.train.weight_decay, "AdamW's decoupled weight decay (matrices only)"},
+      {"train.beta1", &c.train.beta1, "AdamW's first-moment decay"},
+      {"train.beta2", &c.train.beta2, "AdamW's second-moment decay"},
+      {"train.grad_clip", &c.train.grad_clip, "largest global gradient norm (0: no clipping)"},
+      {"train.precision", &c.train.precision, "fp32, bf16, fp16 (with loss scaling) or bf16-master (bf16 weights, "
+                                              "fp32 masters)"},
+      {"train.rounding", &c.train.rounding, "bf16-master's bf16 copies: stochastic or nearest"},
+      {"train.seed", &c.train.seed, "seed of the initial weights, the data order, dropout and samples"},
+      {"train.cuda_graph", &c.train.cuda_graph, "one GPU: replay each micro-step as a CUDA graph"},
+      {"train.bucket_mb", &c.train.bucket_mb, "several ranks: MiB of gradients per all-reduce"},
+      {"train.zero", &c.train.zero, "several ranks: shard the optimizer state over them (ZeRO-1)"},
+      {"train.quiet", &c.train.quiet, "print nothing while training (metrics.jsonl is still written)"},
+      {"eval.every", &c.eval.every, "steps between evaluations (0: only at the end)"},
+      {"eval.batches", &c.eval.batches, "batches of the validation data per evaluation"},
+      {"checkpoint.every", &c.checkpoint.every, "steps between checkpoints (0: none, but on a signal)"},
+      {"checkpoint.keep", &c.checkpoint.keep, "newest checkpoints kept"},
+      {"sample.every", &c.sample.every, "steps between printed samples (0: none)"},
+      {"sample.tokens", &c.sample.tokens, "most new tokens of a sample"},
+      {"sample.prompt", &c.sample.prompt, "text a sample starts from (empty: a fresh document)"},
+      {"sample.temperature", &c.sample.temperature, "sampling temperature (0: greedy)"},
+      {"sample.top_k", &c.sample.top_k, "sample among the k most likely tokens (0: all)"},
+      {"out_dir", &c.out_dir, "the run folder: config.json, metrics.jsonl, loss.svg, tokenizer/, checkpoints/"},
+      {"device", &c.device, "auto (a GPU when there is one), cpu or cuda"},
   };
 }
 
@@ -89,9 +126,10 @@ void assign(const Field& f, const Json& v, const std::string& source) {
       f.ptr);
 }
 
-void validate(const TrainerConfig& c, const std::string& source) {
+// `from(key)`: where a key's value came from ("--set key=value" or the file), for the message.
+void validate(const TrainerConfig& c, const std::function<std::string(const std::string&)>& from) {
   const auto at_least = [&](const char* key, int64_t v, int64_t min) {
-    LLMTRAIN_CHECK(v >= min, source, ": ", key, " must be at least ", min, ", got ", v);
+    LLMTRAIN_CHECK(v >= min, from(key), ": ", key, " must be at least ", min, ", got ", v);
   };
   at_least("train.batch_size", c.train.batch_size, 1);
   at_least("train.bucket_mb", c.train.bucket_mb, 1);
@@ -106,30 +144,33 @@ void validate(const TrainerConfig& c, const std::string& source) {
   at_least("sample.every", c.sample.every, 0);
   at_least("sample.tokens", c.sample.tokens, 1);
   at_least("sample.top_k", c.sample.top_k, 0);
-  LLMTRAIN_CHECK(c.sample.temperature >= 0, source, ": sample.temperature must be >= 0, got ", c.sample.temperature);
-  LLMTRAIN_CHECK(c.device == "auto" || c.device == "cpu" || c.device == "cuda", source, ": device must be auto, cpu or cuda, got \"",
+  LLMTRAIN_CHECK(c.sample.temperature >= 0, from("sample.temperature"), ": sample.temperature must be >= 0, got ", c.sample.temperature);
+  LLMTRAIN_CHECK(c.device == "auto" || c.device == "cpu" || c.device == "cuda", from("device"), ": device must be auto, cpu or cuda, got \"",
                  c.device, "\"");
-  LLMTRAIN_CHECK(!c.out_dir.empty(), source, ": out_dir is empty");
-  LLMTRAIN_CHECK(c.data.format == "auto" || c.data.format == "shards" || c.data.format == "sft", source,
+  LLMTRAIN_CHECK(!c.out_dir.empty(), from("out_dir"), ": out_dir is empty");
+  LLMTRAIN_CHECK(c.data.format == "auto" || c.data.format == "shards" || c.data.format == "sft", from("data.format"),
                  ": data.format must be auto, shards or sft, got \"", c.data.format, "\"");
-  LLMTRAIN_CHECK(c.data.shuffle_unit == "window" || c.data.shuffle_unit == "batch", source,
+  LLMTRAIN_CHECK(c.data.shuffle_unit == "window" || c.data.shuffle_unit == "batch", from("data.shuffle_unit"),
                  ": data.shuffle_unit must be window or batch, got \"", c.data.shuffle_unit, "\"");
-  LLMTRAIN_CHECK(c.train.rounding == "stochastic" || c.train.rounding == "nearest", source,
+  LLMTRAIN_CHECK(c.train.rounding == "stochastic" || c.train.rounding == "nearest", from("train.rounding"),
                  ": train.rounding must be stochastic or nearest, got \"", c.train.rounding, "\"");
-  LLMTRAIN_CHECK(c.tokenizer.kind.empty() || c.tokenizer.kind == "gpt2" || c.tokenizer.kind == "sentencepiece", source,
+  LLMTRAIN_CHECK(c.tokenizer.kind.empty() || c.tokenizer.kind == "gpt2" || c.tokenizer.kind == "sentencepiece", from("tokenizer.kind"),
                  ": tokenizer.kind must be gpt2 or sentencepiece (or empty), got \"", c.tokenizer.kind, "\"");
-  LLMTRAIN_CHECK(!c.sft() || !c.tokenizer.kind.empty(), source, ": data.train ", c.data.train,
+  LLMTRAIN_CHECK(!c.sft() || !c.tokenizer.kind.empty(), from("data.train"), ": data.train ", c.data.train,
                  " is SFT JSONL, which needs tokenizer.kind (gpt2 or sentencepiece)");
-  LLMTRAIN_CHECK(c.sample.every == 0 || !c.tokenizer.kind.empty(), source,
+  LLMTRAIN_CHECK(c.sample.every == 0 || !c.tokenizer.kind.empty(), from("sample.every"),
                  ": sample.every > 0 needs tokenizer.kind (gpt2 or sentencepiece) to encode the prompt and print text");
-  try {
-    optim::parse_precision(c.train.precision);
-    c.optimizer().schedule.validate();
-    c.model.gpt2().validate();
-  } catch (const llmtrain::Error& e) {
-    LLMTRAIN_CHECK(false, source, ": ", e.what());
-  }
-  LLMTRAIN_CHECK(c.train.seq_len <= c.model.gpt2().block_size(), source, ": train.seq_len ", c.train.seq_len,
+  const auto check = [&](const char* key, auto&& body) {
+    try {
+      body();
+    } catch (const llmtrain::Error& e) {
+      LLMTRAIN_CHECK(false, from(key), ": ", e.what());
+    }
+  };
+  check("train.precision", [&] { optim::parse_precision(c.train.precision); });
+  check("train.schedule", [&] { c.optimizer().schedule.validate(); });
+  check("model.preset", [&] { c.model.gpt2().validate(); });
+  LLMTRAIN_CHECK(c.train.seq_len <= c.model.gpt2().block_size(), from("train.seq_len"), ": train.seq_len ", c.train.seq_len,
                  " exceeds the model's block_size ", c.model.gpt2().block_size());
 }
 
@@ -179,11 +220,13 @@ TrainerConfig TrainerConfig::parse(const std::string& json_text, const std::stri
       if (f.key == key) return true;
     return false;
   };
+  std::map<std::string, std::string> set_by;  // key -> the --set that gave its value
   for (const auto& o : overrides) {
     const size_t eq = o.find('=');
     LLMTRAIN_CHECK(eq != std::string::npos && eq > 0, "--set ", o, ": expected key=value");
     const std::string key = o.substr(0, eq), text = o.substr(eq + 1);
     LLMTRAIN_CHECK(known(key), "--set ", o, ": unknown key \"", key, "\"");
+    LLMTRAIN_CHECK(!set_by.count(key), "--set ", o, ": ", key, " is already set by --set ", set_by[key]);
     Json value;
     try {
       value = json::parse(text, "--set " + o);
@@ -193,7 +236,12 @@ TrainerConfig TrainerConfig::parse(const std::string& json_text, const std::stri
     Json* n = node(doc, key, true);
     LLMTRAIN_CHECK(n != nullptr, "--set ", o, ": ", key.substr(0, key.find('.')), " in ", source, " is not an object");
     *n = value;
+    set_by[key] = o;
   }
+  const auto from = [&](const std::string& key) {
+    const auto it = set_by.find(key);
+    return it == set_by.end() ? source : "--set " + it->second;
+  };
   for (const auto& [top, value] : doc.items()) {
     bool section = false;
     for (const auto& f : table) section = section || f.key.rfind(top + ".", 0) == 0;
@@ -207,13 +255,51 @@ TrainerConfig TrainerConfig::parse(const std::string& json_text, const std::stri
     }
   }
   for (const auto& f : table)
-    if (const Json* v = node(doc, f.key, false)) assign(f, *v, source);
-  validate(cfg, source);
+    if (const Json* v = node(doc, f.key, false)) assign(f, *v, from(f.key));
+  validate(cfg, from);
   return cfg;
 }
 
 TrainerConfig TrainerConfig::load(const std::string& path, const std::vector<std::string>& overrides) {
-  return parse(fs::read_file(path, uint64_t(64) << 20), path, overrides);
+  TrainerConfig cfg = parse(fs::read_file(path, uint64_t(64) << 20), path, overrides);
+  const size_t slash = path.rfind('/');
+  cfg.tokenizer = tokenizer_in(cfg.tokenizer, slash == std::string::npos ? "." : path.substr(0, slash));
+  return cfg;
+}
+
+// A tokenizer with its hash is one llmtrain copied beside the config (a run folder's): it lies there.
+TokenizerConfig tokenizer_in(TokenizerConfig t, const std::string& dir) {
+  if (!t.sha256.empty() && !t.path.empty() && t.path[0] != '/') t.path = dir + "/" + t.path;
+  return t;
+}
+
+std::string TrainerConfig::reference() {
+  TrainerConfig defaults;
+  std::string out = "| key | type | default | meaning |\n|---|---|---|---|\n";
+  for (const auto& f : fields(defaults)) {
+    std::string type;
+    Json value;
+    std::visit(
+        [&](auto* p) {
+          using T = std::remove_pointer_t<decltype(p)>;
+          type = std::is_same_v<T, std::string> ? "string"
+                 : std::is_same_v<T, bool>      ? "bool"
+                 : std::is_same_v<T, double>    ? "number"
+                 : std::is_same_v<T, uint64_t>  ? "integer >= 0"
+                                                : "integer";
+          value = *p;
+        },
+        f.ptr);
+    out += "| `" + f.key + "` | " + type + " | `" + value.dump() + "` | " + f.doc + " |\n";
+  }
+  return out;
+}
+
+std::vector<std::string> TrainerConfig::keys() {
+  TrainerConfig defaults;
+  std::vector<std::string> out;
+  for (const auto& f : fields(defaults)) out.push_back(f.key);
+  return out;
 }
 
 std::string TrainerConfig::to_json() const {

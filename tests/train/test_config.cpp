@@ -1,6 +1,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
+#include "llmtrain/core/fs.h"
 #include "llmtrain/train/config.h"
 #include "test_util.h"
 
@@ -70,6 +72,43 @@ TEST(TrainerConfig, BadInputNamesTheKeyAndTheSource) {
   expect_error([] { TrainerConfig::parse("{}", "a.json", {"train.lr"}); }, {"--set train.lr", "key=value"});
   expect_error([] { TrainerConfig::parse("{}", "a.json", {"device=tpu"}); }, {"device must be auto, cpu or cuda"});
   expect_error([] { TrainerConfig::load("/nonexistent/config.json"); }, {"/nonexistent/config.json"});
+}
+
+// A value that came from --set is named as --set in its error, not as the file's; a key given twice
+// (in the file, or by two --set) is refused rather than one of its values silently lost.
+TEST(TrainerConfig, ErrorsNameWhereTheValueCameFrom) {
+  expect_error([] { TrainerConfig::parse(R"({"train": {"lr": 1e-3}})", "a.json", {"train.lr=fast"}); },
+               {"--set train.lr=fast: train.lr must be a number"});
+  expect_error([] { TrainerConfig::parse("{}", "a.json", {"train.batch_size=0"}); },
+               {"--set train.batch_size=0: train.batch_size must be at least 1"});
+  expect_error([] { TrainerConfig::parse("{}", "a.json", {"device=tpu"}); }, {"--set device=tpu: device must be"});
+  expect_error([] { TrainerConfig::parse(R"({"device": "tpu"})", "a.json"); }, {"a.json: device must be"});
+  expect_error([] { TrainerConfig::parse(R"({"train": {"lr": 1e-3, "lr": 2e-3}})", "a.json"); },
+               {"a.json", "\"train.lr\" is given twice"});
+  expect_error([] { TrainerConfig::parse("{}", "a.json", {"train.lr=1", "train.lr=2"}); },
+               {"--set train.lr=2", "already set by --set train.lr=1"});
+}
+
+// The key reference is made from the table the parser reads, and docs/CONFIG.md holds it as it is.
+TEST(TrainerConfig, TheReferenceListsEveryKeyAndDocsHoldIt) {
+  const std::string reference = TrainerConfig::reference();
+  const std::string doc = llmtrain::fs::read_file(llmtrain::testing::test_source_dir() + "/docs/CONFIG.md");
+  const auto all = nlohmann::json::parse(TrainerConfig().to_json());
+  size_t keys = 0;
+  for (const auto& [section, value] : all.items()) {
+    if (value.is_object()) {
+      for (const auto& [leaf, v] : value.items()) {
+        EXPECT_NE(reference.find("| `" + section + "." + leaf + "` |"), std::string::npos) << section << "." << leaf;
+        ++keys;
+      }
+    } else {
+      EXPECT_NE(reference.find("| `" + section + "` |"), std::string::npos) << section;
+      ++keys;
+    }
+  }
+  EXPECT_EQ(keys, TrainerConfig::keys().size());
+  EXPECT_NE(doc.find(reference), std::string::npos) << "docs/CONFIG.md is out of date: regenerate it with "
+                                                       "build/bin/train_gpt2 --print-reference";
 }
 
 TEST(TrainerConfig, DataFormatTokenizerAndSampling) {

@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "llmtrain/nn/gpt2_config.h"
 #include "llmtrain/optim/options.h"
+#include "llmtrain/tokenizer/tokenizer.h"
 
 namespace llmtrain::train {
 
@@ -31,8 +33,9 @@ struct DataConfig {
 
 /// The tokenizer of the data: needed for SFT JSONL and for samples during training.
 struct TokenizerConfig {
-  std::string kind;  // "" (none) | gpt2 | sentencepiece
-  std::string path;  // GPT-2 BPE folder (empty: $LLMTRAIN_GPT2_DIR or $LLMTRAIN_DATA_DIR/gpt2) or .model file
+  std::string kind;    // "" (none) | gpt2 | sentencepiece
+  std::string path;    // GPT-2 BPE folder (empty: $LLMTRAIN_GPT2_DIR or $LLMTRAIN_DATA_DIR/gpt2) or .model file
+  std::string sha256;  // of the files one after another; when set, other files are refused (load_tokenizer)
 };
 
 struct TrainConfig {
@@ -51,6 +54,7 @@ struct TrainConfig {
   bool cuda_graph = true;           // CUDA, not fp16, one rank: each micro-step's forward and backward replayed as a graph
   int64_t bucket_mb = 25;           // several ranks: the gradients (MiB) one all-reduce carries
   bool zero = false;                // ZeRO-1: optimizer state sharded over the ranks (needs a communicator)
+  bool quiet = false;               // no progress line, samples or messages (metrics.jsonl is still written)
 };
 
 struct EvalConfig {
@@ -85,19 +89,41 @@ struct TrainerConfig {
   std::string device = "auto";  // auto | cpu | cuda
 
   /// Parses JSON text; `source` names it in errors. Applies "a.b=value" overrides (values are JSON,
-  /// or plain strings) before checking. Throws llmtrain::Error naming the key for unknown keys, wrong
-  /// types and out-of-range values.
+  /// or plain strings) before checking. Throws llmtrain::Error naming the key for unknown keys, a key
+  /// given twice, wrong types and out-of-range values, and where the value came from (`source`, or
+  /// "--set a.b=value").
   static TrainerConfig parse(const std::string& json_text, const std::string& source,
                              const std::vector<std::string>& overrides = {});
-  /// Reads and parses a file.
+  /// Reads and parses a file. A relative tokenizer.path with a sha256 (the tokenizer a run folder
+  /// carries) is taken relative to the file's folder; other paths relative to the working folder.
   static TrainerConfig load(const std::string& path, const std::vector<std::string>& overrides = {});
   /// The configuration as JSON (every key, defaults included).
   std::string to_json() const;
+  /// Every key as a Markdown table: key, type, default, meaning (docs/CONFIG.md).
+  static std::string reference();
+  /// Every key ("train.lr", "out_dir", ...), in the order of reference().
+  static std::vector<std::string> keys();
 
   /// The optimizer options these settings describe.
   optim::OptimizerOptions optimizer() const;
   /// True when data.train names SFT JSONL (format sft, or auto and a .jsonl name).
   bool sft() const;
 };
+
+/// The SHA-256 of the tokenizer's files one after another (tokenizer::tokenizer_files' order).
+std::string tokenizer_sha256(const TokenizerConfig& t);
+
+/// The tokenizer `t` names, its files first checked against t.sha256 when that is set. Throws
+/// llmtrain::Error naming a missing file, or the files and both hashes when they differ.
+///   auto tok = llmtrain::train::load_tokenizer(cfg.tokenizer);
+std::unique_ptr<tokenizer::Tokenizer> load_tokenizer(const TokenizerConfig& t);
+
+/// Copies the files of tokenizer `t` into `dir`/tokenizer/ (each written beside and renamed; a
+/// SentencePiece model as tokenizer.model) and returns the section that names the copy: its kind,
+/// its path relative to `dir` ("tokenizer" or "tokenizer/tokenizer.model") and its sha256.
+TokenizerConfig copy_tokenizer(const TokenizerConfig& t, const std::string& dir);
+
+/// `t` with a relative path taken relative to `dir` when `t` has a sha256 (a copy llmtrain made).
+TokenizerConfig tokenizer_in(TokenizerConfig t, const std::string& dir);
 
 }  // namespace llmtrain::train
