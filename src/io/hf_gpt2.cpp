@@ -125,7 +125,7 @@ nn::GPT2 load_hf_gpt2(const std::string& dir) {
   return model;
 }
 
-void save_hf_gpt2(nn::GPT2& model, const std::string& dir, const fs::OutputOptions& options) {
+void save_hf_gpt2(nn::GPT2& model, const std::string& dir, const fs::OutputOptions& options, const HfExtras& extras) {
   const nn::GPT2Config& cfg = model->cfg;
   const int64_t V = cfg.vocab_size();
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
@@ -137,7 +137,10 @@ void save_hf_gpt2(nn::GPT2& model, const std::string& dir, const fs::OutputOptio
     if (conv1d(p.key())) t = t.t();
     tensors.emplace_back(p.key(), t);
   }
-  const int64_t eos = V == 50257 ? 50256 : V - 1;
+  const auto id = [&](const std::optional<int64_t>& given) {
+    return given ? Json(*given) : V == 50257 ? Json(50256) : Json(nullptr);
+  };
+  const Json bos = id(extras.bos_id), eos = id(extras.eos_id);
   const Json config = {{"architectures", {"GPT2LMHeadModel"}},
                        {"model_type", "gpt2"},
                        {"vocab_size", V},
@@ -161,6 +164,9 @@ void save_hf_gpt2(nn::GPT2& model, const std::string& dir, const fs::OutputOptio
   fs::write_dir_atomic(dir, "hf-gpt2", options, [&](const std::string& tmp) {
     save_safetensors(tmp + "/model.safetensors", tensors, {{"format", "pt"}});
     fs::write_file_atomic(tmp + "/config.json", config.dump(2) + "\n");
+    const Json generation = {{"bos_token_id", bos}, {"eos_token_id", eos}, {"pad_token_id", eos}};
+    fs::write_file_atomic(tmp + "/generation_config.json", generation.dump(2) + "\n");
+    if (extras.write) extras.write(tmp);
   });
 }
 

@@ -45,32 +45,6 @@ std::array<int, 324> unicode_to_byte() {
   return table;
 }
 
-// Offset of the first byte that breaks UTF-8 (overlong forms, surrogates and values past U+10FFFF
-// included), or npos when the text is valid.
-size_t invalid_utf8_at(std::string_view s) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const size_t n = s.size();
-  for (size_t i = 0; i < n;) {
-    const unsigned c = p[i];
-    if (c < 0x80) { ++i; continue; }
-    int len;
-    unsigned cp;
-    if ((c & 0xE0) == 0xC0) { len = 2; cp = c & 0x1F; }
-    else if ((c & 0xF0) == 0xE0) { len = 3; cp = c & 0x0F; }
-    else if ((c & 0xF8) == 0xF0) { len = 4; cp = c & 0x07; }
-    else return i;
-    if (i + len > n) return i;
-    for (int k = 1; k < len; ++k) {
-      if ((p[i + k] & 0xC0) != 0x80) return i;
-      cp = (cp << 6) | (p[i + k] & 0x3F);
-    }
-    const unsigned min_cp[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
-    i += len;
-  }
-  return std::string_view::npos;
-}
-
 // Decodes one GPT-2 token string (UTF-8 of byte-standing code points) to its bytes.
 std::string token_bytes(const std::string& token, const std::array<int, 324>& to_byte, const std::string& file) {
   std::string out;
@@ -309,14 +283,17 @@ GPT2BPE::GPT2BPE(const std::string& vocab_json_path, const std::string& merges_p
 
 GPT2BPE::~GPT2BPE() = default;
 
-std::unique_ptr<GPT2BPE> GPT2BPE::from_dir(const std::string& dir) {
-  if (fs::exists(dir + "/encoder.json") && fs::exists(dir + "/vocab.bpe"))
-    return std::make_unique<GPT2BPE>(dir + "/encoder.json", dir + "/vocab.bpe");
-  if (fs::exists(dir + "/vocab.json") && fs::exists(dir + "/merges.txt"))
-    return std::make_unique<GPT2BPE>(dir + "/vocab.json", dir + "/merges.txt");
+std::pair<std::string, std::string> GPT2BPE::files_in(const std::string& dir) {
+  for (const auto& [vocab, merges] : {std::pair{"encoder.json", "vocab.bpe"}, {"vocab.json", "merges.txt"}})
+    if (fs::exists(dir + "/" + vocab) && fs::exists(dir + "/" + merges)) return {dir + "/" + vocab, dir + "/" + merges};
   LLMTRAIN_CHECK(false, "GPT-2 tokenizer: ", dir,
                  " holds neither encoder.json + vocab.bpe (OpenAI) nor vocab.json + merges.txt (Hugging Face)");
-  return nullptr;
+  return {};
+}
+
+std::unique_ptr<GPT2BPE> GPT2BPE::from_dir(const std::string& dir) {
+  const auto [vocab, merges] = files_in(dir);
+  return std::make_unique<GPT2BPE>(vocab, merges);
 }
 
 std::vector<int32_t> GPT2BPE::encode(std::string_view text, bool allow_special) const {
@@ -343,5 +320,8 @@ std::string GPT2BPE::decode(const std::vector<int32_t>& ids) const {
 int64_t GPT2BPE::vocab_size() const { return int64_t(impl_->bytes_of.size()); }
 
 std::optional<int32_t> GPT2BPE::eot_id() const { return impl_->eot; }
+std::optional<std::string> GPT2BPE::eot_text() const {
+  return impl_->eot ? std::optional<std::string>(kEndOfText) : std::nullopt;
+}
 
 }  // namespace llmtrain::tokenizer

@@ -11,6 +11,60 @@
 
 namespace llmtrain::tokenizer {
 
+size_t invalid_utf8_at(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned c = p[i];
+    if (c < 0x80) { ++i; continue; }
+    int len;
+    unsigned cp;
+    if ((c & 0xE0) == 0xC0) { len = 2; cp = c & 0x1F; }
+    else if ((c & 0xF0) == 0xE0) { len = 3; cp = c & 0x0F; }
+    else if ((c & 0xF8) == 0xF0) { len = 4; cp = c & 0x07; }
+    else return i;
+    if (i + len > n) return i;
+    for (int k = 1; k < len; ++k) {
+      if ((p[i + k] & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (p[i + k] & 0x3F);
+    }
+    const unsigned min_cp[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+    i += len;
+  }
+  return std::string_view::npos;
+}
+
+
+size_t complete_utf8_prefix(std::string_view s) {
+  // Back over at most 3 continuation bytes to the last lead byte; cut there if its character is short.
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  size_t i = s.size();
+  for (int back = 0; back < 4 && i > 0; ++back) {
+    const unsigned c = p[--i];
+    if ((c & 0xC0) == 0x80) continue;
+    const size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
+    return s.size() - i < len ? i : s.size();
+  }
+  return s.size();
+}
+
+std::string printable_utf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  while (!s.empty()) {
+    const size_t bad = invalid_utf8_at(s);
+    if (bad == std::string_view::npos) {
+      out += s;
+      break;
+    }
+    out += s.substr(0, bad);
+    out += "\xEF\xBF\xBD";  // U+FFFD for the byte that breaks UTF-8
+    s.remove_prefix(bad + 1);
+  }
+  return out;
+}
+
 std::vector<int32_t> parse_ids(std::string_view text, const std::string& what, int64_t limit) {
   const json::Json ids = json::parse(text, what);
   LLMTRAIN_CHECK(ids.is_array(), what, ": expected a JSON array of token ids, got ", json::excerpt(ids));
@@ -25,24 +79,41 @@ std::vector<int32_t> parse_ids(std::string_view text, const std::string& what, i
   return out;
 }
 
+namespace {
+
+// The GPT-2 folder `path` names: itself, else $LLMTRAIN_GPT2_DIR, else $LLMTRAIN_DATA_DIR/gpt2.
+std::string gpt2_dir(const std::string& path) {
+  if (!path.empty()) return path;
+  const char* gpt2 = std::getenv("LLMTRAIN_GPT2_DIR");
+  const char* data = std::getenv("LLMTRAIN_DATA_DIR");
+  const std::string dir = gpt2 && *gpt2 ? gpt2 : (data && *data ? std::string(data) + "/gpt2" : "");
+  LLMTRAIN_CHECK(!dir.empty(), "GPT-2 tokenizer: no folder given; give one (tokenizer.path in a config, --vocab-dir ",
+                 "to the programs that take it) or set LLMTRAIN_GPT2_DIR to a folder with encoder.json + vocab.bpe");
+  return dir;
+}
+
+void check_kind(const std::string& kind) {
+  LLMTRAIN_CHECK(kind == "gpt2" || kind == "sentencepiece", "unknown tokenizer \"", kind,
+                 "\"; expected gpt2 or sentencepiece");
+}
+
+}  // namespace
+
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& kind, const std::string& path) {
-  if (kind == "gpt2") {
-    std::string dir = path;
-    if (dir.empty()) {
-      const char* gpt2 = std::getenv("LLMTRAIN_GPT2_DIR");
-      const char* data = std::getenv("LLMTRAIN_DATA_DIR");
-      dir = gpt2 && *gpt2 ? gpt2 : (data && *data ? std::string(data) + "/gpt2" : "");
-    }
-    LLMTRAIN_CHECK(!dir.empty(), "GPT-2 tokenizer: no folder given; pass one (--vocab-dir) or set "
-                                 "LLMTRAIN_GPT2_DIR to a folder with encoder.json + vocab.bpe");
-    return GPT2BPE::from_dir(dir);
-  }
+  check_kind(kind);
+  if (kind == "gpt2") return GPT2BPE::from_dir(gpt2_dir(path));
+  LLMTRAIN_CHECK(!path.empty(), "SentencePiece tokenizer: no .model file given");
+  return std::make_unique<SentencePiece>(path);
+}
+
+std::vector<std::string> tokenizer_files(const std::string& kind, const std::string& path) {
+  check_kind(kind);
   if (kind == "sentencepiece") {
     LLMTRAIN_CHECK(!path.empty(), "SentencePiece tokenizer: no .model file given");
-    return std::make_unique<SentencePiece>(path);
+    return {path};
   }
-  LLMTRAIN_CHECK(false, "unknown tokenizer \"", kind, "\"; expected gpt2 or sentencepiece");
-  return nullptr;
+  const auto [vocab, merges] = GPT2BPE::files_in(gpt2_dir(path));
+  return {vocab, merges};
 }
 
 }  // namespace llmtrain::tokenizer

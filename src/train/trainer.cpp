@@ -19,6 +19,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <fstream>
 #include <mutex>
 #include <optional>
@@ -50,7 +51,15 @@ namespace {
 using Json = json::Json;
 
 std::atomic<bool> g_stop{false};
-extern "C" void on_stop_signal(int) { g_stop = true; }
+// The first signal finishes the step and writes a checkpoint; a second one ends the process at once
+// (the checkpoints already written are complete: a half-written one lies under a temporary name).
+extern "C" void on_stop_signal(int sig) {
+  if (g_stop.exchange(true)) {
+    static const char msg[] = "\nsecond interrupt: stopping now, without a checkpoint of this step\n";
+    [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, msg, sizeof msg - 1);
+    ::_exit(128 + sig);
+  }
+}
 
 torch::Device resolve_device(const std::string& name) {
   if (name == "cpu") return torch::kCPU;
@@ -214,7 +223,7 @@ namespace {
 
 // The names a run writes into its out_dir. A folder that holds one of them but is no run folder of
 // llmtrain's is refused: those files are not ours to overwrite.
-constexpr const char* kRunFiles[] = {"config.json", "metrics.jsonl", "loss.svg", "checkpoints"};
+constexpr const char* kRunFiles[] = {"config.json", "metrics.jsonl", "loss.svg", "checkpoints", "tokenizer"};
 
 // A run folder llmtrain wrote: its marker, or (from before markers) a complete checkpoint.
 bool is_run_folder(const std::string& dir) {
@@ -224,7 +233,10 @@ bool is_run_folder(const std::string& dir) {
 // out_dir is none of the places an output may never be (fs::check_output: the working folder, an
 // input...), and writing the run's files there overwrites nothing llmtrain did not write, unless `force`.
 void check_run_folder(const TrainerConfig& c, bool force) {
-  fs::check_output(c.out_dir, {"out_dir", {c.model.init_from, c.tokenizer.path, c.data.train, c.data.val}, true});
+  // The run's own copy of its tokenizer (a config read from the run folder names it) is no input.
+  const std::string own = c.out_dir + "/tokenizer";
+  const bool copy = !c.tokenizer.sha256.empty() && fs::absolute(c.tokenizer.path).rfind(fs::absolute(own), 0) == 0;
+  fs::check_output(c.out_dir, {"out_dir", {c.model.init_from, copy ? "" : c.tokenizer.path, c.data.train, c.data.val}, true});
   if (force || !fs::is_dir(c.out_dir) || is_run_folder(c.out_dir)) return;
   for (const char* f : kRunFiles)
     LLMTRAIN_CHECK(!fs::exists(c.out_dir + "/" + f), "out_dir ", c.out_dir, " holds ", f, ", which llmtrain did not ",
@@ -271,6 +283,31 @@ void check_same_config(const TrainerConfig& c, dist::Communicator& comm) {
                  "): start every rank with the same config file and --set overrides");
 }
 
+// A resumed run goes on as the checkpoint's run would have: keys that change what it computes (the
+// model, the data and its order, the batch, the schedule, the precision, the seed) are refused; others
+// (evaluation, checkpoints, samples, paths, optimizer constants) are listed, and the run goes on.
+void check_resumed_config(const TrainerConfig& was, const TrainerConfig& now, const std::string& dir, bool say) {
+  const Json a = json::parse(was.to_json(), dir), b = json::parse(now.to_json(), "the config");
+  const bool constant = now.train.schedule == "constant";
+  std::string refused, changed;
+  for (const auto& key : TrainerConfig::keys()) {
+    const size_t dot = key.find('.');
+    const Json& x = dot == std::string::npos ? a[key] : a[key.substr(0, dot)][key.substr(dot + 1)];
+    const Json& y = dot == std::string::npos ? b[key] : b[key.substr(0, dot)][key.substr(dot + 1)];
+    if (x == y || key.rfind("tokenizer.", 0) == 0) continue;  // the tokenizer is compared by its files
+    const bool breaks = (key.rfind("model.", 0) == 0 && key != "model.init_from") || key == "data.format" ||
+                        key == "data.pack" || key == "data.shuffle" || key == "data.shuffle_unit" ||
+                        key == "train.batch_size" || key == "train.seq_len" || key == "train.total_batch_tokens" ||
+                        key == "train.lr" || key == "train.min_lr_frac" || key == "train.warmup_steps" ||
+                        key == "train.schedule" || key == "train.precision" || key == "train.rounding" ||
+                        key == "train.seed" || (key == "train.max_steps" && !constant);
+    (breaks ? refused : changed) += "\n  " + key + ": " + json::excerpt(x) + " -> " + json::excerpt(y);
+  }
+  LLMTRAIN_CHECK(refused.empty(), "cannot resume ", dir, " exactly: these keys differ from the checkpoint's run",
+                 refused, "\nresume with the run's own config (", now.out_dir, "/config.json), or start a new out_dir");
+  if (say && !changed.empty()) std::printf("resuming with keys changed since the checkpoint:%s\n", changed.c_str());
+}
+
 }  // namespace
 
 struct Trainer::Impl {
@@ -282,6 +319,7 @@ struct Trainer::Impl {
   std::unique_ptr<optim::MixedPrecisionOptimizer> opt;
   std::unique_ptr<dist::DataParallel> dp;  // several ranks
   std::unique_ptr<tokenizer::Tokenizer> tok;
+  TokenizerConfig run_tok;  // rank 0: the copy in out_dir/tokenizer, as the run's configs name it (relative)
   std::unique_ptr<data::SFTDataset> sft_train, sft_val;  // read by the loaders below (SFT runs)
   std::unique_ptr<data::BatchSource> train, val;
   int64_t accum = 1;
@@ -373,6 +411,36 @@ struct Trainer::Impl {
   }
 
   std::string checkpoints_dir() const { return cfg.out_dir + "/checkpoints"; }
+
+  // The configuration as the run folder and its checkpoints keep it: the tokenizer is their own copy.
+  std::string stored_config() const {
+    TrainerConfig stored = cfg;
+    if (!cfg.tokenizer.kind.empty()) stored.tokenizer = run_tok;
+    return stored.to_json();
+  }
+
+  // The section naming out_dir's copy of the tokenizer: the copy made earlier by this run (which must be
+  // the tokenizer of this config), or none yet (sha256 empty: made when out_dir is written).
+  TokenizerConfig own_tokenizer() const {
+    TokenizerConfig own;
+    own.kind = cfg.tokenizer.kind;
+    own.path = own.kind == "sentencepiece" ? "tokenizer/tokenizer.model" : "tokenizer";
+    if (!fs::exists(cfg.out_dir + "/tokenizer")) return own;
+    const std::string want = tokenizer_sha256(cfg.tokenizer);
+    TokenizerConfig at = own;
+    at.path = cfg.out_dir + "/" + own.path;
+    std::string have;
+    try {
+      have = tokenizer_sha256(at);
+    } catch (const llmtrain::Error& e) {
+      LLMTRAIN_CHECK(false, "out_dir ", cfg.out_dir, " holds an incomplete copy of its tokenizer (", e.what(), ")");
+    }
+    LLMTRAIN_CHECK(have == want, "out_dir ", cfg.out_dir, "/tokenizer holds the tokenizer this run was trained with ",
+                   "(sha256 ", have, "), and this config's tokenizer ", cfg.tokenizer.kind, " ", cfg.tokenizer.path,
+                   " differs (sha256 ", want, "): resume with the run's own (", cfg.out_dir, "/config.json names it)");
+    own.sha256 = have;
+    return own;
+  }
   std::string metrics_path() const { return cfg.out_dir + "/metrics.jsonl"; }
 
   // Batches of `path`: shards (a glob) or SFT JSONL, whose tokenized examples `keep` then owns.
@@ -469,9 +537,9 @@ struct Trainer::Impl {
     // ids that start and end a fresh document.
     if (cfg.sample.prompt.empty()) ids.erase(ids.begin());
     if (!ids.empty() && tok->eot_id() && ids.back() == *tok->eot_id()) ids.pop_back();
-    const std::string text = tok->decode(ids);
+    const std::string text = tokenizer::printable_utf8(tok->decode(ids));
     append_metrics({{"type", "sample"}, {"step", step}, {"text", text}});
-    if (rank == 0) std::printf("step %lld sample: %s\n", static_cast<long long>(step), text.c_str());
+    if (rank == 0 && !cfg.train.quiet) std::printf("step %lld sample: %s\n", static_cast<long long>(step), text.c_str());
   }
 
   void write_loss_curves() const {
@@ -504,7 +572,8 @@ Trainer::Trainer(TrainerConfig config, std::shared_ptr<dist::Communicator> comm)
                  " is not a multiple of batch_size x seq_len x ranks = ", micro);
   d.accum = total / micro;
   if (!c.tokenizer.kind.empty()) {
-    d.tok = tokenizer::load_tokenizer(c.tokenizer.kind, c.tokenizer.path);
+    d.tok = load_tokenizer(c.tokenizer);
+    if (d.rank == 0) d.run_tok = d.own_tokenizer();
     LLMTRAIN_CHECK(d.tok->vocab_size() <= c.model.gpt2().vocab_size(), "tokenizer ", c.tokenizer.kind, " ",
                    c.tokenizer.path, " has ", d.tok->vocab_size(), " ids, more than the model's vocab_size ",
                    c.model.gpt2().vocab_size());
@@ -540,7 +609,7 @@ Trainer::Trainer(TrainerConfig config, std::shared_ptr<dist::Communicator> comm)
   if (d.rank == 0) {
     fs::make_dirs(c.out_dir);
     if (!fs::is_our_output(c.out_dir)) fs::mark_output(c.out_dir, "run");
-    fs::write_file_atomic(c.out_dir + "/config.json", c.to_json());
+    if (!c.tokenizer.kind.empty() && d.run_tok.sha256.empty()) d.run_tok = copy_tokenizer(c.tokenizer, c.out_dir);
   }
   if (d.rank > 0) d.seed_rank_generators();
   g_stop = false;
@@ -583,13 +652,12 @@ double Trainer::evaluate() {
 int64_t Trainer::run() {
   Impl& d = *impl_;
   const auto& c = d.cfg;
-  const bool tty = d.rank == 0 && ::isatty(STDOUT_FILENO);
-  const bool log = d.rank == 0;
+  const bool log = d.rank == 0 && !c.train.quiet;
+  const bool tty = log && ::isatty(STDOUT_FILENO);
   const int64_t print_every = std::max<int64_t>(1, c.train.max_steps / 20);
   const int64_t step_tokens = d.accum * c.train.batch_size * c.train.seq_len * d.world;
   const double flops_per_token = d.model->flops_per_token(c.train.seq_len);
   const auto start = std::chrono::steady_clock::now();
-  const int64_t first_step = d.step;
   int64_t last_eval = -1;
   const auto stop_now = [&] {  // every rank stops after the same step
     double stop = (g_stop || d.stop_requested) ? 1.0 : 0.0;
@@ -604,6 +672,8 @@ int64_t Trainer::run() {
     if (d.opt->options().precision == optim::Precision::kBF16Master && !d.opt->sharded())
       for (torch::Tensor m : d.opt->master_params()) d.comm->broadcast(m, 0);  // a handle: same storage
   }
+  // Written here, not at construction: a resume that is refused leaves the run's config as it was.
+  if (d.rank == 0) fs::write_file_atomic(c.out_dir + "/config.json", d.stored_config());
   d.model->train();
   // Not on several ranks: DataParallel's reductions start from backward's hooks, on the host. Not for
   // packed SFT: its position ids would be one more input, and its embedding checks ids on the host.
@@ -619,20 +689,32 @@ int64_t Trainer::run() {
   struct Queued {
     int64_t step;
     HostCopy loss;  // the summed micro-step losses, averaged over ranks
+    std::optional<std::chrono::steady_clock::time_point> done;  // the CPU's: when its work ended
   };
   std::optional<Queued> queued;
+  // A step's time is its own: from the end of the step before (or of the evaluation, sample or
+  // checkpoint after it) to the end of its work. On the CPU the work is done when the step is queued;
+  // on a GPU when its loss reaches the host, which waits for it behind the next step's work.
   auto t_last = start;
+  // The progress line's tok/s and ETA: the tokens and seconds of the steps since the line was last
+  // printed (tty: the last print_every steps), and of every step this process did; pauses apart.
+  std::deque<double> window;
+  double window_s = 0, steps_s = 0;
+  int64_t steps_timed = 0;
+  double eval_s = 0, sample_s = 0, checkpoint_s = 0;  // the last of each, for the ETA
   const auto record = [&](bool wait_for_checks) {  // the queued step's record: metrics, progress, callback
     const auto info = d.opt->finish_step();
     StepRecord r;
     r.step = queued->step;
     r.loss = queued->loss.get().item<double>() / double(d.accum);
+    const auto queued_done = queued->done;
     queued.reset();
     d.model->check_inputs(wait_for_checks);  // bad token ids the recorded step's kernels saw
     const auto now = std::chrono::steady_clock::now();
-    const double dt = std::chrono::duration<double>(now - t_last).count();
+    const auto done = queued_done.value_or(now);
+    const double dt = std::max(1e-9, std::chrono::duration<double>(done - t_last).count());
     const double run_s = std::chrono::duration<double>(now - start).count();
-    t_last = now;
+    t_last = done;
     r.lr = info.lr;
     r.grad_norm = info.grad_norm;
     r.skipped = info.skipped;
@@ -645,15 +727,37 @@ int64_t Trainer::run() {
     if (r.skipped) line["skipped"] = true;
     d.append_metrics(line);
 
-    const double eta = run_s / double(r.step - first_step) * double(c.train.max_steps - r.step);
+    window.push_back(dt);
+    window_s += dt;
+    if (tty && int64_t(window.size()) > print_every) {
+      window_s -= window.front();
+      window.pop_front();
+    }
+    steps_s += dt;
+    ++steps_timed;
+    // The rest of the run at this process's pace: its steps, and its evaluations, samples and
+    // checkpoints still due, each as long as the last one.
+    const int64_t left = c.train.max_steps - r.step;
+    const auto due_after = [&](int64_t every) { return every > 0 ? c.train.max_steps / every - r.step / every : 0; };
+    const double eta = steps_s / double(steps_timed) * double(left) + eval_s * double(due_after(c.eval.every)) +
+                       sample_s * double(due_after(c.sample.every)) +
+                       checkpoint_s * double(due_after(c.checkpoint.every));
+    const double shown_tps = double(step_tokens) * double(window.size()) / window_s;
     char progress[192];
     int n = std::snprintf(progress, sizeof progress, "step %lld/%lld | loss %.4f | lr %.2e | %.1fK tok/s",
                           static_cast<long long>(r.step), static_cast<long long>(c.train.max_steps), r.loss, r.lr,
-                          r.tokens_per_s / 1e3);
+                          shown_tps / 1e3);
     if (d.peak_flops > 0) n += std::snprintf(progress + n, sizeof progress - n, " | MFU %.1f%%", 100 * r.mfu);
     std::snprintf(progress + n, sizeof progress - n, " | ETA %s", format_duration(eta).c_str());
-    if (tty) std::printf("\r%-110s", progress);
-    else if (log && (r.step % print_every == 0 || r.step == c.train.max_steps)) std::printf("%s\n", progress);
+    if (tty) {
+      std::printf("\r%-110s", progress);
+    } else if (log && (r.step % print_every == 0 || r.step == c.train.max_steps)) {
+      std::printf("%s\n", progress);
+    }
+    if (!tty && (r.step % print_every == 0 || r.step == c.train.max_steps)) {  // the next line averages anew
+      window.clear();
+      window_s = 0;
+    }
     std::fflush(stdout);
     if (d.callback) d.callback(r);
   };
@@ -686,23 +790,31 @@ int64_t Trainer::run() {
       }
     }
     d.opt->queue_step(d.step);
-    queued = Queued{++d.step, HostCopy(d.mean_over_ranks_tensor(loss_sum))};
+    queued = Queued{++d.step, HostCopy(d.mean_over_ranks_tensor(loss_sum)), std::nullopt};
+    if (!d.device.is_cuda()) queued->done = std::chrono::steady_clock::now();
     const bool eval_now = due(c.eval.every, d.step), sample_now = due(c.sample.every, d.step),
                checkpoint_now = due(c.checkpoint.every, d.step);
     if (d.world > 1 || eval_now || sample_now || checkpoint_now || d.step == c.train.max_steps)
       record(/*wait_for_checks=*/true);
 
-    if (eval_now) {
-      const double v = evaluate();
-      d.append_metrics({{"type", "eval"}, {"step", d.step}, {"val_loss", v}});
-      if (log) std::printf("%sstep %lld: val loss %.4f\n", tty ? "\n" : "", static_cast<long long>(d.step), v);
-      last_eval = d.step;
-    }
-    if (sample_now) {
-      if (tty && last_eval != d.step) std::printf("\n");
-      d.write_sample();
-    }
-    if (checkpoint_now) save_checkpoint();
+    const auto timed = [&](double& seconds, auto&& body) {  // a pause: its time is no step's
+      const auto t0 = std::chrono::steady_clock::now();
+      body();
+      const auto t1 = std::chrono::steady_clock::now();
+      seconds = std::chrono::duration<double>(t1 - t0).count();
+      t_last = std::max(t_last, t1);
+    };
+    if (eval_now) timed(eval_s, [&] {
+        const double v = evaluate();
+        d.append_metrics({{"type", "eval"}, {"step", d.step}, {"val_loss", v}});
+        if (log) std::printf("%sstep %lld: val loss %.4f\n", tty ? "\n" : "", static_cast<long long>(d.step), v);
+        last_eval = d.step;
+      });
+    if (sample_now) timed(sample_s, [&] {
+        if (tty && last_eval != d.step) std::printf("\n");
+        d.write_sample();
+      });
+    if (checkpoint_now) timed(checkpoint_s, [&] { save_checkpoint(); });
   }
   if (queued) record(/*wait_for_checks=*/true);  // the loop stopped before the next step began
   if (tty) std::printf("\n");
@@ -769,6 +881,7 @@ void Trainer::save_checkpoint() {
       if (masters) save_torch(d.opt->master_params(), tmp + "/master.pt");
     }
     save_torch(rng, tmp + "/rng.pt");
+    if (!d.cfg.tokenizer.kind.empty()) copy_tokenizer(tokenizer_in(d.run_tok, d.cfg.out_dir), tmp);
     llmtrain::detail::failpoint("checkpoint:tensors-written");
     const auto loader = d.train->state();
     detail::CheckpointState state;
@@ -782,7 +895,7 @@ void Trainer::save_checkpoint() {
     state.epoch = loader.epoch;
     state.shard = loader.shard;
     state.position = loader.position;
-    state.config = d.cfg.to_json();
+    state.config = d.stored_config();
     fs::write_file_atomic(tmp + "/state.json", state.to_json());  // last: marks the folder complete
     llmtrain::detail::failpoint("checkpoint:complete");
     // A checkpoint of this step already there (saved again at the step a run resumed from) is swapped
@@ -811,6 +924,8 @@ bool Trainer::resume_if_possible() {
   const detail::CheckpointState state = read_state(dir);
   LLMTRAIN_CHECK(!state.model_only, "checkpoint ", dir, " holds a model alone (converted), not a ",
                  "run to resume: start a run from it with model.init_from or finetune_gpt2 --from");
+  check_resumed_config(TrainerConfig::parse(state.config, "checkpoint " + dir + "/state.json's config"), d.cfg, dir,
+                       d.rank == 0 && !d.cfg.train.quiet);
   LLMTRAIN_CHECK(same_shape(state.model, d.cfg.model.gpt2()), "checkpoint ", dir, " holds a model of ",
                  shape_text(state.model), "; this config has ", shape_text(d.cfg.model.gpt2()));
   LLMTRAIN_CHECK(state.precision == d.cfg.train.precision, "checkpoint ", dir, " was trained in ", state.precision,
@@ -861,7 +976,7 @@ bool Trainer::resume_if_possible() {
 
   d.saved_step = d.step;
   d.keep_metrics_through(d.step);
-  if (d.rank == 0) std::printf("resumed from %s (step %lld)\n", dir.c_str(), static_cast<long long>(d.step));
+  if (d.rank == 0 && !d.cfg.train.quiet) std::printf("resumed from %s (step %lld)\n", dir.c_str(), static_cast<long long>(d.step));
   return true;
 }
 
@@ -880,7 +995,8 @@ std::string checkpoint_dir(const std::string& path) {
 TrainerConfig load_checkpoint_config(const std::string& path) {
   const std::string dir = checkpoint_dir(path);
   const detail::CheckpointState state = read_state(dir);
-  const TrainerConfig cfg = TrainerConfig::parse(state.config, "checkpoint " + dir + "/state.json's config");
+  TrainerConfig cfg = TrainerConfig::parse(state.config, "checkpoint " + dir + "/state.json's config");
+  cfg.tokenizer = tokenizer_in(cfg.tokenizer, dir);  // the checkpoint's own copy
   LLMTRAIN_CHECK(same_shape(state.model, cfg.model.gpt2()), "checkpoint ", dir, "/state.json: model says ",
                  shape_text(state.model), " but its config says ", shape_text(cfg.model.gpt2()));
   return cfg;
@@ -921,12 +1037,28 @@ nn::GPT2 load_model(const std::string& path) {
   return load_checkpoint_model(path);
 }
 
-void save_model_checkpoint(nn::GPT2& model, const std::string& dir, const fs::OutputOptions& options) {
+std::optional<TokenizerConfig> model_tokenizer(const std::string& path) {
+  if (io::is_hf_dir(path)) {
+    TokenizerConfig t;
+    if (fs::exists(path + "/tokenizer.model")) t = {"sentencepiece", path + "/tokenizer.model", ""};
+    else if (fs::exists(path + "/vocab.json") && fs::exists(path + "/merges.txt")) t = {"gpt2", path, ""};
+    else return std::nullopt;
+    return t;
+  }
+  if (io::is_llmc_file(path)) return std::nullopt;
+  const TrainerConfig cfg = load_checkpoint_config(path);
+  if (cfg.tokenizer.kind.empty()) return std::nullopt;
+  return cfg.tokenizer;
+}
+
+void save_model_checkpoint(nn::GPT2& model, const std::string& dir, const fs::OutputOptions& options,
+                           const std::optional<TokenizerConfig>& tokenizer) {
   const TrainerConfig cfg = config_of_model(model->cfg);
   const bool bf16 = model->parameters().front().scalar_type() == torch::kBFloat16;
   fs::write_dir_atomic(dir, "checkpoint", options, [&](const std::string& tmp) {
     save_torch(model, tmp + "/model.pt");
     TrainerConfig c = cfg;
+    if (tokenizer) c.tokenizer = copy_tokenizer(*tokenizer, tmp);
     if (bf16) c.train.precision = "bf16-master";  // how load_checkpoint_model knows to cast
     detail::CheckpointState state;
     state.model_only = true;
@@ -935,6 +1067,41 @@ void save_model_checkpoint(nn::GPT2& model, const std::string& dir, const fs::Ou
     state.config = c.to_json();
     fs::write_file_atomic(tmp + "/state.json", state.to_json());
   });
+}
+
+void save_hf_model(nn::GPT2& model, const std::string& dir, const fs::OutputOptions& options,
+                   const std::optional<TokenizerConfig>& tokenizer) {
+  io::HfExtras extras;
+  if (!tokenizer) {
+    io::save_hf_gpt2(model, dir, options, extras);
+    return;
+  }
+  const auto tok = load_tokenizer(*tokenizer);
+  LLMTRAIN_CHECK(tok->vocab_size() <= model->cfg.vocab_size(), "tokenizer ", tokenizer->kind, " ", tokenizer->path,
+                 " has ", tok->vocab_size(), " ids, more than the model's vocab_size ", model->cfg.vocab_size());
+  // llmtrain's documents start and end with the end-of-text id: it is both bos and eos.
+  extras.bos_id = extras.eos_id = tok->eot_id() ? std::optional<int64_t>(*tok->eot_id()) : std::nullopt;
+  const std::string eot = tok->eot_text().value_or("");
+  extras.write = [&](const std::string& tmp) {
+    const auto files = tokenizer::tokenizer_files(tokenizer->kind, tokenizer->path);
+    Json config = {{"model_max_length", model->cfg.block_size()}, {"clean_up_tokenization_spaces", false}};
+    if (tokenizer->kind == "gpt2") {
+      fs::write_file_atomic(tmp + "/vocab.json", fs::read_file(files[0], uint64_t(1) << 30, "tokenizer"));
+      fs::write_file_atomic(tmp + "/merges.txt", fs::read_file(files[1], uint64_t(1) << 30, "tokenizer"));
+      config.update({{"tokenizer_class", "GPT2Tokenizer"}, {"add_prefix_space", false}, {"unk_token", eot}});
+    } else {
+      fs::write_file_atomic(tmp + "/tokenizer.model", fs::read_file(files[0], uint64_t(1) << 30, "tokenizer"));
+      // A SentencePiece model as llmtrain encodes with it: no bos or eos added to the text.
+      config.update({{"tokenizer_class", "LlamaTokenizer"}, {"add_bos_token", false}, {"add_eos_token", false},
+                     {"legacy", true}});
+    }
+    if (!eot.empty()) config.update({{"bos_token", eot}, {"eos_token", eot}, {"pad_token", eot}});
+    fs::write_file_atomic(tmp + "/tokenizer_config.json", config.dump(2) + "\n");
+    Json special = Json::object();
+    if (!eot.empty()) special = {{"bos_token", eot}, {"eos_token", eot}, {"pad_token", eot}};
+    fs::write_file_atomic(tmp + "/special_tokens_map.json", special.dump(2) + "\n");
+  };
+  io::save_hf_gpt2(model, dir, options, extras);
 }
 
 nn::GPT2 load_checkpoint_model(const std::string& path) {
@@ -969,7 +1136,11 @@ TrainerConfig finetune_config(const std::string& from, const std::string& config
   }
   model["init_from"] = from;
   doc["model"] = model;
-  if (!doc.contains("tokenizer")) doc["tokenizer"] = base["tokenizer"];
+  if (!doc.contains("tokenizer")) {
+    doc["tokenizer"] = base["tokenizer"];
+    if (const auto own = model_tokenizer(from))  // a checkpoint's copy, a Hugging Face folder's files
+      doc["tokenizer"] = {{"kind", own->kind}, {"path", own->path}, {"sha256", own->sha256}};
+  }
   return TrainerConfig::parse(doc.dump(), config_path, overrides);
 }
 
@@ -986,13 +1157,14 @@ int64_t run_training(const TrainerConfig& cfg, const RunOptions& options, std::s
                    " already holds a run; pass --resume to continue it, or choose another out_dir");
     Trainer trainer(cfg, comm);
     const bool resumed = !options.resume || trainer.resume_if_possible();
-    if (rank == 0 && !resumed)
+    const bool say = rank == 0 && !cfg.train.quiet;
+    if (say && !resumed)
       std::printf(used ? "out_dir %s holds no complete checkpoint (its run stopped before the first one): starting over "
                          "from step 0\n"
                        : "no checkpoint in %s: starting from step 0\n",
                   cfg.out_dir.c_str());
     const auto& m = trainer.model()->cfg;
-    if (rank == 0) {
+    if (say) {
       std::printf("GPT-2 %lld layers x %lld wide, %.1fM parameters%s%s; %lld tokens per step (%lld micro-steps%s); "
                   "out_dir %s\n",
                   static_cast<long long>(m.n_layer()), static_cast<long long>(m.n_embd()),
@@ -1003,7 +1175,7 @@ int64_t run_training(const TrainerConfig& cfg, const RunOptions& options, std::s
                   world > 1 ? (" on each of " + std::to_string(world) + " ranks").c_str() : "", cfg.out_dir.c_str());
     }
     const int64_t step = trainer.run();
-    if (rank == 0)
+    if (say)
       std::printf("done at step %lld; metrics in %s/metrics.jsonl, loss curves in %s/loss.svg\n",
                   static_cast<long long>(step), cfg.out_dir.c_str(), cfg.out_dir.c_str());
     return step;
@@ -1012,6 +1184,7 @@ int64_t run_training(const TrainerConfig& cfg, const RunOptions& options, std::s
     std::fprintf(stderr, "rank %d of %d: %s; ending every rank\n", rank, world, describe(e).c_str());
     std::fflush(stderr);
     comm->abort(1);
+    throw;  // not reached: abort ends the process
   }
 }
 

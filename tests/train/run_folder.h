@@ -2,6 +2,7 @@
 // the tiny CPU config that trains on them; shared by the in-process and the mpirun tests.
 #pragma once
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -29,9 +30,12 @@ struct RunFolder {
     shard("val_000000.bin", 5000);
   }
   llmtrain::train::TrainerConfig config(const std::string& out, std::vector<std::string> extra = {}) const {
-    std::vector<std::string> sets = {"data.train=" + dir.path + "/train_*.bin", "data.val=" + dir.path + "/val_*.bin",
-                                     "out_dir=" + dir.path + "/" + out, "device=cpu"};
-    sets.insert(sets.end(), extra.begin(), extra.end());
+    std::vector<std::string> sets = std::move(extra);  // these replace the folder's own below (a key is set once)
+    const auto key = [](const std::string& set) { return set.substr(0, set.find('=')); };
+    for (const std::string& own : std::vector<std::string>{"data.train=" + dir.path + "/train_*.bin", "data.val=" + dir.path + "/val_*.bin",
+                                  "out_dir=" + dir.path + "/" + out, "device=cpu"})
+      if (std::none_of(sets.begin(), sets.end(), [&](const std::string& s) { return key(s) == key(own); }))
+        sets.push_back(own);
     return llmtrain::train::TrainerConfig::parse(R"({
       "model": {"preset": "tiny"},
       "train": {"batch_size": 4, "seq_len": 32, "total_batch_tokens": 256, "max_steps": 20, "lr": 1e-3,

@@ -5,6 +5,9 @@
 // and cut off on export); and the head is tied to wte, so lm_head.weight is neither needed nor written.
 #pragma once
 
+#include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 
 #include "llmtrain/core/fs.h"
@@ -27,10 +30,21 @@ nn::GPT2Config hf_gpt2_config(const std::string& dir);
 ///   nn::GPT2 model = llmtrain::io::load_hf_gpt2("gpt2");  // a save_pretrained folder
 nn::GPT2 load_hf_gpt2(const std::string& dir);
 
-/// Writes `model` as a Hugging Face folder (config.json, model.safetensors in the model's dtype) that
-/// transformers' GPT2LMHeadModel.from_pretrained loads, through fs::write_dir_atomic: written beside
-/// `dir` and swapped in, so a crash never leaves a half-written folder under `dir`; an existing `dir`
-/// that llmtrain did not write is replaced only with `options.force`.
-void save_hf_gpt2(nn::GPT2& model, const std::string& dir, const fs::OutputOptions& options = {});
+/// What an exported folder says of its special tokens, and the other files it carries.
+struct HfExtras {
+  /// config.json's bos_token_id and eos_token_id; unset: GPT-2's 50256 for a 50257-id vocabulary, else
+  /// null (an id that is no end-of-text would let generation run past every document end).
+  std::optional<int64_t> bos_id, eos_id;
+  /// Writes more files (the tokenizer's) into the folder being filled, before it is swapped in.
+  std::function<void(const std::string& dir)> write;
+};
+
+/// Writes `model` as a Hugging Face folder (config.json, generation_config.json, model.safetensors in
+/// the model's dtype, and what `extras` adds) that transformers' GPT2LMHeadModel.from_pretrained
+/// loads, through fs::write_dir_atomic: written beside `dir` and swapped in, so a crash never leaves a
+/// half-written folder under `dir`; an existing `dir` that llmtrain did not write is replaced only
+/// with `options.force`. (train::save_hf_model adds the model's tokenizer.)
+void save_hf_gpt2(nn::GPT2& model, const std::string& dir, const fs::OutputOptions& options = {},
+                  const HfExtras& extras = {});
 
 }  // namespace llmtrain::io

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "llmtrain/tokenizer/tokenizer.h"
 
@@ -22,11 +23,14 @@ class GPT2BPE final : public Tokenizer {
   /// Loads `dir`/encoder.json + vocab.bpe, else `dir`/vocab.json + merges.txt. Throws
   /// llmtrain::Error naming the directory and the files looked for when neither pair is there.
   static std::unique_ptr<GPT2BPE> from_dir(const std::string& dir);
+  /// The two files from_dir reads, {vocabulary, merges}; throws as from_dir does.
+  static std::pair<std::string, std::string> files_in(const std::string& dir);
 
   std::vector<int32_t> encode(std::string_view text, bool allow_special = false) const override;
   std::string decode(const std::vector<int32_t>& ids) const override;
   int64_t vocab_size() const override;
   std::optional<int32_t> eot_id() const override;
+  std::optional<std::string> eot_text() const override;
 
   /// GPT-2's document separator, "<|endoftext|>" = 50256.
   static constexpr const char* kEndOfText = "<|endoftext|>";

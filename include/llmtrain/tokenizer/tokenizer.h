@@ -32,7 +32,22 @@ class Tokenizer {
 
   /// The end-of-text id that separates documents, if the vocabulary has one.
   virtual std::optional<int32_t> eot_id() const = 0;
+  /// That id's text ("<|endoftext|>", "</s>"), which encode(..., allow_special) reads as the id.
+  virtual std::optional<std::string> eot_text() const = 0;
 };
+
+/// Offset of the first byte that breaks UTF-8 in `s` (overlong forms, surrogates and values past
+/// U+10FFFF included), or npos when it is valid.
+size_t invalid_utf8_at(std::string_view s);
+
+/// `bytes` (what decode() returns) made printable: each byte that breaks UTF-8 becomes U+FFFD, so a
+/// lone byte-fallback piece or a character cut by a token limit never writes invalid UTF-8.
+///   std::puts(llmtrain::tokenizer::printable_utf8(tok->decode(ids)).c_str());
+std::string printable_utf8(std::string_view bytes);
+
+/// The length of `bytes` without a character left incomplete at its end (one more token may complete
+/// it): how much of a growing text a stream can print now.
+size_t complete_utf8_prefix(std::string_view bytes);
 
 /// The token ids in `text`, a JSON array of integers, each in [0, limit). Throws llmtrain::Error naming
 /// `what` and the first entry that is no such id (never wrapping a large number into range).
@@ -45,5 +60,11 @@ std::vector<int32_t> parse_ids(std::string_view text, const std::string& what, i
 /// missing files, naming what was looked for.
 ///   auto tok = llmtrain::tokenizer::load_tokenizer("gpt2", "../shared/data/gpt2");
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& kind, const std::string& path);
+
+/// The files load_tokenizer(kind, path) reads, in a fixed order: the .model file, or the GPT-2
+/// folder's vocabulary then its merges. Throws llmtrain::Error as load_tokenizer does when they are
+/// not there.
+///   auto files = llmtrain::tokenizer::tokenizer_files("gpt2", "../shared/data/gpt2");  // encoder.json, vocab.bpe
+std::vector<std::string> tokenizer_files(const std::string& kind, const std::string& path);
 
 }  // namespace llmtrain::tokenizer

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "llmtrain/core/fs.h"
@@ -82,9 +83,25 @@ nn::GPT2 load_checkpoint_model(const std::string& path);
 nn::GPT2 load_model(const std::string& path);
 
 /// Writes `model` alone (no optimizer state: a run starts from it, it does not resume) as a checkpoint
-/// folder that load_checkpoint_model, model.init_from and finetune_gpt2 --from read, with GPT-2's
-/// tokenizer in its config, through fs::write_dir_atomic (`options`: what it may replace).
-void save_model_checkpoint(nn::GPT2& model, const std::string& dir, const fs::OutputOptions& options = {});
+/// folder that load_checkpoint_model, model.init_from and finetune_gpt2 --from read, through
+/// fs::write_dir_atomic (`options`: what it may replace). `tokenizer`'s files are copied in and its
+/// config names them; without one, the config names GPT-2's tokenizer (found as load_tokenizer finds it).
+void save_model_checkpoint(nn::GPT2& model, const std::string& dir, const fs::OutputOptions& options = {},
+                           const std::optional<TokenizerConfig>& tokenizer = std::nullopt);
+
+/// io::save_hf_gpt2 with `tokenizer` beside the weights, as transformers' AutoTokenizer reads it: GPT-2
+/// BPE as vocab.json + merges.txt (GPT2Tokenizer), SentencePiece as tokenizer.model (LlamaTokenizer,
+/// adding no bos or eos, as llmtrain encodes), with tokenizer_config.json and special_tokens_map.json;
+/// config.json's bos_token_id and eos_token_id are the tokenizer's end-of-text id.
+///   llmtrain::train::save_hf_model(model, "exported", {}, llmtrain::train::model_tokenizer("runs/demo/model"));
+void save_hf_model(nn::GPT2& model, const std::string& dir, const fs::OutputOptions& options = {},
+                   const std::optional<TokenizerConfig>& tokenizer = std::nullopt);
+
+/// The tokenizer of the model at `path` (as load_model reads it): a checkpoint's or run folder's own copy
+/// (its path inside the folder, its sha256 checked when loaded), a Hugging Face folder's tokenizer.model
+/// or vocab.json + merges.txt; none for an llm.c file or a folder without tokenizer files.
+///   auto tok = llmtrain::train::load_tokenizer(*llmtrain::train::model_tokenizer("runs/demo/model"));
+std::optional<TokenizerConfig> model_tokenizer(const std::string& path);
 
 /// The configuration a checkpoint was trained with; `path` as for load_checkpoint_model.
 TrainerConfig load_checkpoint_config(const std::string& path);
