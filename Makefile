@@ -14,7 +14,10 @@ test: build
 	ctest --test-dir build --output-on-failure -j $(JOBS)
 
 # The main job: tokenizer, shards, a small GPT-2 trained and sampled (see scripts/demo.sh; CORPUS=path).
-demo: build
+# It builds only the programs it runs; `make test` builds the rest.
+DEMO_TARGETS = train_tokenizer prepare_data train_gpt2 generate_gpt2
+demo:
+	LLMTRAIN_TARGETS="$(DEMO_TARGETS)" bash scripts/setup.sh
 	bash scripts/demo.sh
 
 # The parsers' fuzz targets (built by `make build` with clang), each for FUZZ_SECONDS (default 300):

@@ -59,14 +59,14 @@ start=$(date +%s)
 # shellcheck disable=SC2086
 "$bin/train_gpt2" --config "$config" ${DEMO_SET:-}
 say "trained in $(($(date +%s) - start)) s; loss curves: $out/model/loss.svg, metrics: $out/model/metrics.jsonl"
+say "the run folder $out/model carries its tokenizer: generate_gpt2 --checkpoint $out/model needs nothing else"
 
 # ---- Samples ------------------------------------------------------------------------------------
 say "samples (temperature 0.8, top-k 40)"
 for seed in 1 2 3; do
   printf -- '--- sample %s ---\n' "$seed"
-  "$bin/generate_gpt2" --checkpoint "$out/model" --tokenizer sentencepiece --model "$out/tokenizer/sp.model" \
-    --max-new-tokens 80 --temperature 0.8 --top-k 40 --seed "$seed"
+  "$bin/generate_gpt2" --checkpoint "$out/model" --max-new-tokens 80 --temperature 0.8 --top-k 40 --seed "$seed"
 done
 printf -- '--- prompt "The meaning of life" ---\n'
-"$bin/generate_gpt2" --checkpoint "$out/model" --tokenizer sentencepiece --model "$out/tokenizer/sp.model" \
-  --prompt "The meaning of life" --max-new-tokens 60 --temperature 0.8 --top-k 40 --seed 7
+"$bin/generate_gpt2" --checkpoint "$out/model" --prompt "The meaning of life" --max-new-tokens 60 --temperature 0.8 \
+  --top-k 40 --seed 7

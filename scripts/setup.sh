@@ -10,6 +10,10 @@ build_dir=${LLMTRAIN_BUILD_DIR:-$root/build}
 build_type=${LLMTRAIN_BUILD_TYPE:-Release}
 venv=$root/.venv
 say() { printf '[setup] %s\n' "$*"; }
+if [ ! -f "$build_dir/build.ninja" ]; then
+  say "first set-up of this checkout: packages, Python with LibTorch, then the build into $build_dir"
+  say "(about 15 minutes and 6 GB of disk on a 2-core machine; later runs rebuild only what changed)"
+fi
 
 # ---- Debian packages: probe what the build needs, install only what is missing -----------------
 have_header() {  # have_header HEADER [extra compiler flags]
@@ -61,8 +65,9 @@ fi
 if [ "$py" = "$venv/bin/python" ]; then
   stamp=$venv/.llmtrain-requirements
   if ! cmp -s "$root/scripts/requirements.txt" "$stamp"; then
-    say "installing Python packages into $venv (torch wheel with CUDA: several GB, once per machine)"
-    if "$py" -m pip install -q -r "$root/scripts/requirements.txt"; then
+    say "installing Python packages into $venv, once per machine: about 3 GB to download (the torch wheel with"
+    say "CUDA; PyPI has no CPU-only one for Linux, and download.pytorch.org is not reachable everywhere), 5 GB on disk"
+    if "$py" -m pip install --progress-bar on -r "$root/scripts/requirements.txt"; then
       cp "$root/scripts/requirements.txt" "$stamp"
     else
       say "pip install failed (offline?); continuing with what $venv has"
@@ -87,4 +92,7 @@ if [ ! -f "$build_dir/build.ninja" ]; then
   cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" \
     -DPython3_EXECUTABLE="$py" "${launcher[@]}" "${extra[@]}" ${LLMTRAIN_CMAKE_ARGS:-}
 fi
-cmake --build "$build_dir"
+# LLMTRAIN_TARGETS builds only those (make demo: the four programs it runs); default: everything.
+# shellcheck disable=SC2086
+[ -n "${LLMTRAIN_TARGETS:-}" ] && say "building ${LLMTRAIN_TARGETS}"
+cmake --build "$build_dir" ${LLMTRAIN_TARGETS:+--target $LLMTRAIN_TARGETS}

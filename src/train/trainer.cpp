@@ -924,8 +924,6 @@ bool Trainer::resume_if_possible() {
   const detail::CheckpointState state = read_state(dir);
   LLMTRAIN_CHECK(!state.model_only, "checkpoint ", dir, " holds a model alone (converted), not a ",
                  "run to resume: start a run from it with model.init_from or finetune_gpt2 --from");
-  check_resumed_config(TrainerConfig::parse(state.config, "checkpoint " + dir + "/state.json's config"), d.cfg, dir,
-                       d.rank == 0 && !d.cfg.train.quiet);
   LLMTRAIN_CHECK(same_shape(state.model, d.cfg.model.gpt2()), "checkpoint ", dir, " holds a model of ",
                  shape_text(state.model), "; this config has ", shape_text(d.cfg.model.gpt2()));
   LLMTRAIN_CHECK(state.precision == d.cfg.train.precision, "checkpoint ", dir, " was trained in ", state.precision,
@@ -939,6 +937,9 @@ bool Trainer::resume_if_possible() {
                  sharded ? "shards it over " + std::to_string(d.world) + " ranks" : std::string("does not shard it"),
                  ": resume with ", zero_ranks > 0 ? "train.zero=true on " + std::to_string(zero_ranks) + " ranks"
                                                   : std::string("train.zero=false"));
+  // The shape, precision and sharding are named above as such; the other keys here.
+  check_resumed_config(TrainerConfig::parse(state.config, "checkpoint " + dir + "/state.json's config"), d.cfg, dir,
+                       d.rank == 0 && !d.cfg.train.quiet);
   const auto load = [&](const std::string& file, auto&& body) { load_part(dir, file.c_str(), body); };
   load("model.pt", [&](const std::string& p) { torch::load(d.model, p); });
   if (sharded) d.dp->load_shard_values();  // the slices' values (fp32: the masters) from the loaded weights

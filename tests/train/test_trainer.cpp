@@ -627,7 +627,7 @@ TEST(Trainer, EveryStateFieldWrongIsNamed) {
     std::string name;
     for (const auto& k : key) name += (name.empty() ? "" : ".") + k;
     SCOPED_TRACE(name + " = " + (value ? value->dump() : "(missing)"));
-    expect_error([&] { Trainer t(run.config("state")); t.resume_if_possible(); }, {path, want.empty() ? name : want});
+    expect_error([&] { Trainer t(run.config("state", {"train.max_steps=5"})); t.resume_if_possible(); }, {path, want.empty() ? name : want});
   };
   const nlohmann::json text = "x", negative = -5, huge = uint64_t(1) << 63, fraction = 0.5, list = {1, 2};
   const std::vector<std::vector<std::string>> numbers = {
@@ -650,6 +650,6 @@ TEST(Trainer, EveryStateFieldWrongIsNamed) {
   with({"scaler"}, &list, "scaler must be a JSON object");
   with({"model_only"}, &text, "model_only must be true or false");
   llmtrain::fs::write_file_atomic(path, good.dump());
-  Trainer t(run.config("state"));
+  Trainer t(run.config("state", {"train.max_steps=5"}));
   EXPECT_TRUE(t.resume_if_possible());  // and the file as written resumes
 }
