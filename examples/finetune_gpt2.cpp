@@ -2,8 +2,7 @@
 // JSONL (SFT, the loss on completions only). The model and tokenizer come from the checkpoint (its own
 // copy of the tokenizer; a Hugging Face folder's tokenizer files); the config file says the rest (data,
 // train, eval, ...), as for train_gpt2.
-//   build/bin/finetune_gpt2 --from runs/base --config examples/configs/finetune_sft.json \
-//       --set data.train=train.jsonl --set data.val=val.jsonl [--resume]
+//   build/bin/finetune_gpt2 --from runs/base --config examples/configs/finetune_sft.json --set data.train=train.jsonl --set data.val=val.jsonl [--resume]
 #include <CLI/CLI.hpp>
 #include <llmtrain/llmtrain.h>
 

@@ -1,7 +1,6 @@
 // generate_gpt2: continues a prompt with a trained checkpoint or a Hugging Face GPT-2 folder, printing
 // tokens as they come (KV cache; on a GPU in bfloat16 with the decode step as a CUDA graph).
-//   build/bin/generate_gpt2 --checkpoint runs/sotu_gpt2_124m --prompt "My fellow Americans" \
-//       --max-new-tokens 64 --temperature 0.8 --top-k 50
+//   build/bin/generate_gpt2 --checkpoint runs/sotu_gpt2_124m --prompt "My fellow Americans" --max-new-tokens 64 --temperature 0.8 --top-k 50
 // The tokenizer is the model's own (a run folder's copy; a Hugging Face folder's files) unless named.
 #include <CLI/CLI.hpp>
 #include <llmtrain/llmtrain.h>

@@ -135,7 +135,7 @@ struct DataLoader::Impl {
       }
       advance();
     }
-    return {Batch{buf.narrow(1, 0, T), buf.narrow(1, 1, T)}, cur};
+    return {Batch{buf.narrow(1, 0, T), buf.narrow(1, 1, T), {}}, cur};
   }
 
   void run() {

@@ -152,7 +152,7 @@ TEST(SFT, PackedExamplesAttendOnlyToThemselves) {
     const int64_t n = alone.targets[0].ne(-100).nonzero().max().item<int64_t>() + 1;  // the example's tokens
     const auto mine = together.narrow(0, at, n), own = model->forward(alone.inputs, {}, alone.positions).logits[0].narrow(0, 0, n);
     EXPECT_TRUE(torch::allclose(mine, own, 1e-4, 1e-4)) << "example " << i << ": " << (mine - own).abs().max().item<double>();
-    if (at > 0) EXPECT_FALSE(torch::allclose(unmasked.narrow(0, at, n), own, 1e-4, 1e-4)) << "example " << i;
+    if (at > 0) { EXPECT_FALSE(torch::allclose(unmasked.narrow(0, at, n), own, 1e-4, 1e-4)) << "example " << i; }
     at += n;
   }
 }

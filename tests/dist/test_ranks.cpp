@@ -93,7 +93,7 @@ TEST(Ranks, EachRankDrawsItsOwnDropoutAndResumesItExactly) {
   torch::Tensor state = at::detail::getDefaultCPUGenerator().get_state().to(torch::kLong);
   torch::Tensor other = state.clone();
   comm->broadcast(other, 0);
-  if (comm->rank() == 1) EXPECT_FALSE(torch::equal(state, other)) << "both ranks drew the same dropout masks";
+  if (comm->rank() == 1) { EXPECT_FALSE(torch::equal(state, other)) << "both ranks drew the same dropout masks"; }
   {
     llmtrain::train::Trainer t(config("split"), comm);
     EXPECT_EQ(losses(t, 3).size(), 3u);  // stops after step 3 and checkpoints every rank's generators

@@ -68,7 +68,7 @@ TEST(HFGPT2, LoadsFoldersTransformersSavedWithItsLogits) {
     const std::string folder = dir.path + "/" + kind;
     run({"make", folder, kind});
     ASSERT_TRUE(llmtrain::io::is_hf_dir(folder));
-    if (kind == "tiny-sharded") ASSERT_TRUE(llmtrain::fs::exists(folder + "/model.safetensors.index.json"));
+    if (kind == "tiny-sharded") { ASSERT_TRUE(llmtrain::fs::exists(folder + "/model.safetensors.index.json")); }
     auto model = llmtrain::io::load_hf_gpt2(folder);
     EXPECT_EQ(model->cfg.vocab_size(), 1000);
     EXPECT_EQ(model->cfg.block_size(), 64);

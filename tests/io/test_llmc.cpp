@@ -82,7 +82,7 @@ TEST(LlmcCheckpoint, LoadsFloat32AndBFloat16Files) {
     model->eval();
     loaded->eval();
     const auto ids = torch::randint(1000, {2, 9}, torch::kLong);
-    if (version == 3) EXPECT_TRUE(torch::equal(model(ids).logits, loaded(ids).logits));
+    if (version == 3) { EXPECT_TRUE(torch::equal(model(ids).logits, loaded(ids).logits)); }
   }
 }
 
@@ -125,7 +125,7 @@ TEST(LlmcCheckpoint, EveryHeaderFieldOutOfRangeIsNamed) {
         ADD_FAILURE() << "taken";
       } catch (const llmtrain::Error& e) {
         EXPECT_THAT(e.what(), ::testing::HasSubstr("llm.c model " + path));
-        if (value <= 0) EXPECT_THAT(e.what(), ::testing::HasSubstr(std::string(names[field - 2]) + " " + std::to_string(value)));
+        if (value <= 0) { EXPECT_THAT(e.what(), ::testing::HasSubstr(std::string(names[field - 2]) + " " + std::to_string(value))); }
       }
     }
 }

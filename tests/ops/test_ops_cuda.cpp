@@ -77,8 +77,9 @@ TEST(OpsCrossEntropy, FusedClassifierMatchesReference_CUDA) {
         const auto want = ref_in.grad();
         EXPECT_TRUE(torch::allclose(grad, want, tol, 1e-5 + tol * want.abs().max().item<double>()))
             << "max diff " << (grad - want).abs().max().item<double>();
-        if (s.cols > s.classes)  // the padding gets exactly zero
+        if (s.cols > s.classes) {  // the padding gets exactly zero
           EXPECT_EQ(grad.narrow(1, s.classes, s.cols - s.classes).abs().max().item<double>(), 0.0);
+        }
       }
 }
 
@@ -195,7 +196,7 @@ TEST(OpsAdamW, FusedStepMatchesReference_CUDA) {
         EXPECT_TRUE(torch::allclose(gpu.masters[i].cpu(), cpu.masters[i], 1.3e-6, 1e-5)) << "master " << i;
         EXPECT_TRUE(torch::allclose(gpu.exp_avgs[i].cpu(), cpu.exp_avgs[i], 1.3e-6, 1e-6)) << "exp_avg " << i;
         EXPECT_TRUE(torch::allclose(gpu.exp_avg_sqs[i].cpu(), cpu.exp_avg_sqs[i], 1.3e-6, 1e-9)) << "exp_avg_sq " << i;
-        if (bf16_params) EXPECT_TRUE(torch::equal(gpu.params[i], gpu.masters[i].to(torch::kBFloat16))) << "param " << i;
+        if (bf16_params) { EXPECT_TRUE(torch::equal(gpu.params[i], gpu.masters[i].to(torch::kBFloat16))) << "param " << i; }
       }
     }
 }
@@ -216,8 +217,9 @@ TEST(OpsAdamW, FusedStochasticRoundingDrawsTheReferenceBits_CUDA) {
     for (size_t i = 0; i < cpu.params.size(); ++i) {
       EXPECT_TRUE(torch::equal(gpu.masters[i].cpu(), cpu.masters[i])) << "master " << i;
       EXPECT_TRUE(torch::equal(gpu.params[i].cpu(), cpu.params[i])) << "step " << s << ", param " << i;
-      if (cpu.params[i].numel() > 1000)
+      if (cpu.params[i].numel() > 1000) {
         EXPECT_FALSE(torch::equal(cpu.params[i], cpu.masters[i].to(torch::kBFloat16))) << "not to nearest " << i;
+      }
     }
   }
 }
@@ -591,7 +593,7 @@ TEST(OpsLinear, ProductsMatchReferenceWithContiguousWeightGrads_CUDA) {
           expect_near(gy, ry.detach(), tol, "y");
           const auto gx = dxw.grad().slice(1, 0, 2 * in, strided ? 2 : 1).narrow(1, 0, in);
           expect_near(gx, rx.grad(), tol, "dx");
-          if (!strided) EXPECT_EQ(dxw.grad().narrow(1, in, in).abs().max().item<double>(), 0.0);
+          if (!strided) { EXPECT_EQ(dxw.grad().narrow(1, in, in).abs().max().item<double>(), 0.0); }
           expect_near(dw.grad(), rw.grad(), tol, "dweight");
           expect_near(db.grad(), rb.grad(), tol, "dbias");
           EXPECT_TRUE(dw.grad().is_contiguous());  // taken as it is by AccumulateGrad, no copy

@@ -168,7 +168,7 @@ RankRuns run_ranks(int n, const TrainerConfig& config, bool resume = false, int6
       ++next;
       cv.notify_all();
     }
-    if (resume) EXPECT_TRUE(t->resume_if_possible());
+    if (resume) { EXPECT_TRUE(t->resume_if_possible()); }
     out.losses[size_t(r)] = run_losses(*t, stop_at);
     out.weights[size_t(r)] = t->model()->named_parameters()["transformer.h.0.mlp.c_fc.weight"].detach().clone();
   });
@@ -326,9 +326,10 @@ TEST(Trainer, TwoRanksOnSplitBatchesTrainAsOneRankOnTheWholeBatch) {
   EXPECT_EQ(std::count_if(lines.begin(), lines.end(), [](const auto& j) { return j["type"] == "train"; }), 20);
   ASSERT_EQ(lines.size(), one_lines.size());
   for (size_t i = 0; i < lines.size(); ++i)  // AdamW hides a gradient's scale; its norm does not
-    if (lines[i]["type"] == "train")
+    if (lines[i]["type"] == "train") {
       EXPECT_NEAR(lines[i]["grad_norm"].get<double>(), one_lines[i]["grad_norm"].get<double>(),
                   1e-4 * one_lines[i]["grad_norm"].get<double>());
+    }
   EXPECT_TRUE(llmtrain::fs::exists(run.dir.path + "/two/checkpoints/step_00000020/state.json"));
 }
 
