@@ -92,28 +92,23 @@ std::string gpt2_dir(const std::string& path) {
   return dir;
 }
 
-void check_kind(const std::string& kind) {
-  LLMTRAIN_CHECK(kind == "gpt2" || kind == "sentencepiece", "unknown tokenizer \"", kind,
-                 "\"; expected gpt2 or sentencepiece");
-}
-
 }  // namespace
 
-std::unique_ptr<Tokenizer> load_tokenizer(const std::string& kind, const std::string& path) {
-  check_kind(kind);
-  if (kind == "gpt2") return GPT2BPE::from_dir(gpt2_dir(path));
-  LLMTRAIN_CHECK(!path.empty(), "SentencePiece tokenizer: no .model file given");
-  return std::make_unique<SentencePiece>(path);
-}
-
 std::vector<std::string> tokenizer_files(const std::string& kind, const std::string& path) {
-  check_kind(kind);
+  LLMTRAIN_CHECK(kind == "gpt2" || kind == "sentencepiece", "unknown tokenizer \"", kind,
+                 "\"; expected gpt2 or sentencepiece");
   if (kind == "sentencepiece") {
     LLMTRAIN_CHECK(!path.empty(), "SentencePiece tokenizer: no .model file given");
     return {path};
   }
   const auto [vocab, merges] = GPT2BPE::files_in(gpt2_dir(path));
   return {vocab, merges};
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& kind, const std::string& path) {
+  const auto files = tokenizer_files(kind, path);
+  if (kind == "gpt2") return std::make_unique<GPT2BPE>(files[0], files[1]);
+  return std::make_unique<SentencePiece>(files[0]);
 }
 
 }  // namespace llmtrain::tokenizer

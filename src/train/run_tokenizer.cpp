@@ -42,11 +42,15 @@ std::unique_ptr<tokenizer::Tokenizer> load_tokenizer(const TokenizerConfig& t) {
   return tokenizer::load_tokenizer(t.kind, t.path);
 }
 
+std::string copied_tokenizer_path(const std::string& kind) {
+  return kind == "sentencepiece" ? "tokenizer/tokenizer.model" : "tokenizer";
+}
+
 TokenizerConfig copy_tokenizer(const TokenizerConfig& t, const std::string& dir) {
   const auto files = tokenizer::tokenizer_files(t.kind, t.path);
   TokenizerConfig copy;
   copy.kind = t.kind;
-  copy.path = t.kind == "sentencepiece" ? "tokenizer/tokenizer.model" : "tokenizer";
+  copy.path = copied_tokenizer_path(t.kind);
   fs::make_dirs(dir + "/tokenizer");
   std::vector<std::string> copied;
   for (const auto& f : files) {

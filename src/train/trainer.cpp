@@ -424,7 +424,7 @@ struct Trainer::Impl {
   TokenizerConfig own_tokenizer() const {
     TokenizerConfig own;
     own.kind = cfg.tokenizer.kind;
-    own.path = own.kind == "sentencepiece" ? "tokenizer/tokenizer.model" : "tokenizer";
+    own.path = copied_tokenizer_path(own.kind);
     if (!fs::exists(cfg.out_dir + "/tokenizer")) return own;
     const std::string want = tokenizer_sha256(cfg.tokenizer);
     TokenizerConfig at = own;

@@ -123,6 +123,10 @@ std::unique_ptr<tokenizer::Tokenizer> load_tokenizer(const TokenizerConfig& t);
 /// its path relative to `dir` ("tokenizer" or "tokenizer/tokenizer.model") and its sha256.
 TokenizerConfig copy_tokenizer(const TokenizerConfig& t, const std::string& dir);
 
+/// Where copy_tokenizer puts a tokenizer of `kind`, relative to the folder: "tokenizer" (GPT-2 BPE) or
+/// "tokenizer/tokenizer.model" (SentencePiece).
+std::string copied_tokenizer_path(const std::string& kind);
+
 /// `t` with a relative path taken relative to `dir` when `t` has a sha256 (a copy llmtrain made).
 TokenizerConfig tokenizer_in(TokenizerConfig t, const std::string& dir);
 
