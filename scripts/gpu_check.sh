@@ -37,7 +37,7 @@ prepare() {  # the reference's shards, once
 }
 for part in $parts; do
   case $part in
-    build) timed build bash scripts/setup.sh || { tail -40 "$log/build.log"; exit 1; } ;;
+    build) LLMTRAIN_CMAKE_ARGS="${LLMTRAIN_CMAKE_ARGS:-} -DLLMTRAIN_CUDA=ON" timed build bash scripts/setup.sh || { tail -40 "$log/build.log"; exit 1; } ;;
     tests) timed tests ctest --test-dir build -R 'CUDA|OpsEmbedding|OpsLayerNorm|GPT2\.' --output-on-failure -j 4
            grep -E 'tests passed|FAILED|Failed' "$log/tests.log" | tee -a "$log/summary.txt" ;;
     kernels) timed kernels build/bin/bench_kernels --iters 20; tail -12 "$log/kernels.log" ;;

@@ -86,11 +86,13 @@ if ! have_header pcre2.h -DPCRE2_CODE_UNIT_WIDTH=8 && [ -f "$root/.deps/pcre2/us
 fi
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
-if [ ! -f "$build_dir/build.ninja" ]; then
-  # LLMTRAIN_CMAKE_ARGS adds options, e.g. "-DLLMTRAIN_CUDA=OFF -DLLMTRAIN_BUILD_BENCHMARKS=OFF".
+cmake_args=${LLMTRAIN_CMAKE_ARGS:-}
+if [ ! -f "$build_dir/build.ninja" ] || [ -n "${cmake_args// /}" ]; then
+  # LLMTRAIN_CMAKE_ARGS adds options, e.g. "-DLLMTRAIN_CUDA=ON -DLLMTRAIN_BUILD_BENCHMARKS=OFF"; given
+  # to a configured build directory, it configures again with them (cached options stay otherwise).
   # shellcheck disable=SC2086
   cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" \
-    -DPython3_EXECUTABLE="$py" "${launcher[@]}" "${extra[@]}" ${LLMTRAIN_CMAKE_ARGS:-}
+    -DPython3_EXECUTABLE="$py" "${launcher[@]}" "${extra[@]}" $cmake_args
 fi
 # LLMTRAIN_TARGETS builds only those (make demo: the four programs it runs); default: everything.
 # shellcheck disable=SC2086
