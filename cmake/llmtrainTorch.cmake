@@ -1,21 +1,13 @@
-# Finds LibTorch. The supported LibTorch is the one inside PyPI's torch wheel, so unless Torch_DIR is
-# given, the Python interpreter (Python3_EXECUTABLE, else python3) is asked where its torch keeps its
-# CMake files; an entry already on CMAKE_PREFIX_PATH still comes first. Sets LLMTRAIN_TORCH_HAS_CUDA.
+# Finds LibTorch: the supported one is inside PyPI's torch wheel, found through Python
+# (llmtrainTorchPrefix.cmake, which the installed package uses too). Sets LLMTRAIN_TORCH_HAS_CUDA.
 find_package(Python3 COMPONENTS Interpreter)
 # LibTorch's CUDA set-up picks nvcc flags for a list of GPUs (every one it knows when none is present);
 # llmtrain targets Hopper, so name it.
 if(NOT DEFINED TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
   set(TORCH_CUDA_ARCH_LIST "9.0a")
 endif()
-if(NOT Torch_DIR AND Python3_Interpreter_FOUND)
-  execute_process(
-    COMMAND "${Python3_EXECUTABLE}" -c "import torch; print(torch.utils.cmake_prefix_path)"
-    OUTPUT_VARIABLE _llmtrain_torch_prefix OUTPUT_STRIP_TRAILING_WHITESPACE
-    RESULT_VARIABLE _llmtrain_torch_rc ERROR_QUIET)
-  if(_llmtrain_torch_rc EQUAL 0)
-    list(APPEND CMAKE_PREFIX_PATH "${_llmtrain_torch_prefix}")
-  endif()
-endif()
+include(llmtrainTorchPrefix)
+llmtrain_add_torch_prefix()
 find_package(Torch 2.11 CONFIG)
 if(NOT Torch_FOUND)
   message(FATAL_ERROR

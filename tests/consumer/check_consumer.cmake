@@ -1,6 +1,7 @@
 # Package test (run by ctest in script mode): installs the llmtrain build into a fresh prefix, then
 # configures, builds and runs tests/consumer against it with find_package(llmtrain).
-# Inputs: LLMTRAIN_BUILD_DIR, CONSUMER_SOURCE_DIR, WORK_DIR, GENERATOR, CXX_LAUNCHER (may be empty).
+# Inputs: LLMTRAIN_BUILD_DIR, CONSUMER_SOURCE_DIR, WORK_DIR, GENERATOR, CXX_LAUNCHER (may be empty),
+# PYTHON (the consumer's Python with torch, as a user names it), TORCH_DIR (where the build found LibTorch).
 function(run what)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   message("${out}${err}")
@@ -12,16 +13,21 @@ endfunction()
 
 file(REMOVE_RECURSE "${WORK_DIR}")
 run("install" "${CMAKE_COMMAND}" --install "${LLMTRAIN_BUILD_DIR}" --prefix "${WORK_DIR}/installed")
-# Relocatable: the prefix moved after installing still works, and nothing in it points into the build
-# tree (CMake files, RUNPATH).
+# Relocatable: the prefix moved after installing still works, nothing in it points into the build tree
+# (CMake files, RUNPATH), and its CMake files find LibTorch on the consumer's side, not where the build did.
 file(RENAME "${WORK_DIR}/installed" "${WORK_DIR}/prefix")
 file(GLOB_RECURSE installed_files "${WORK_DIR}/prefix/*")
 foreach(f IN LISTS installed_files)
-  if(f MATCHES "\\.(cmake|h)$" OR f MATCHES "\\.so")
-    file(STRINGS "${f}" hits REGEX "${LLMTRAIN_BUILD_DIR}|${WORK_DIR}/installed")
-    if(hits)
-      message(FATAL_ERROR "consumer test: ${f} names the build tree or the prefix it was installed to: ${hits}")
-    endif()
+  set(forbidden "${LLMTRAIN_BUILD_DIR}|${WORK_DIR}/installed")
+  if(f MATCHES "\\.cmake$")
+    string(APPEND forbidden "|${TORCH_DIR}")
+  elseif(NOT f MATCHES "\\.h$" AND NOT f MATCHES "\\.so")
+    continue()
+  endif()
+  file(STRINGS "${f}" hits REGEX "${forbidden}")
+  if(hits)
+    message(FATAL_ERROR "consumer test: ${f} names the build tree, the prefix it was installed to or "
+                        "the build's LibTorch: ${hits}")
   endif()
 endforeach()
 set(launcher)
@@ -29,7 +35,7 @@ if(CXX_LAUNCHER)
   set(launcher "-DCMAKE_CXX_COMPILER_LAUNCHER=${CXX_LAUNCHER}")
 endif()
 run("configure" "${CMAKE_COMMAND}" -S "${CONSUMER_SOURCE_DIR}" -B "${WORK_DIR}/build" -G "${GENERATOR}"
-    -DCMAKE_BUILD_TYPE=Release "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix" ${launcher})
+    -DCMAKE_BUILD_TYPE=Release "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix" "-DPython3_EXECUTABLE=${PYTHON}" ${launcher})
 run("build" "${CMAKE_COMMAND}" --build "${WORK_DIR}/build")
 run("run" "${WORK_DIR}/build/consumer")
 if(NOT last_output MATCHES "consumer: trained one step, loss [0-9.]+ -> [0-9.]+")
