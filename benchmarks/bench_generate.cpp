@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "cli.h"
 #include "peer.h"
 
 namespace {
@@ -73,6 +74,7 @@ Row run(const Variant& v, llmtrain::nn::GPT2& model, int64_t B, int64_t prompt_l
 
 int main(int argc, char** argv) {
   CLI::App app{"GPT-2 124M generation (bf16): llmtrain's KV-cache Generator against LibTorch and transformers"};
+  llmtrain_cli::setup(app, "bench_generate --sample");
   std::vector<int64_t> batches;
   int64_t prompt_len = 64, new_tokens = 256;
   int repeat = 5;

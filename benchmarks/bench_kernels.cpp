@@ -15,6 +15,8 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "cli.h"
+
 namespace {
 
 // The GPU's time per call of f, between two events. A spin kernel first holds the GPU while the host
@@ -51,6 +53,7 @@ Result compare(const std::string& name, double bytes, const std::function<void()
 
 int main(int argc, char** argv) {
   CLI::App app{"Fused kernels against their ATen composites"};
+  llmtrain_cli::setup(app, "bench_kernels --iters 20");
   int iters = 50;
   double peak_tbs = 4.8;
   app.add_option("--iters", iters, "timed calls per kernel")->capture_default_str();

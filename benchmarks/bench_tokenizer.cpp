@@ -13,6 +13,7 @@
 #include <fstream>
 #include <random>
 
+#include "cli.h"
 #include "peer.h"
 
 namespace {
@@ -36,6 +37,7 @@ std::string corpus(const std::string& sotu_dir) {
 
 int main(int argc, char** argv) {
   CLI::App app{"GPT-2 BPE encoding speed: llmtrain against tiktoken, single-threaded"};
+  llmtrain_cli::setup(app, "bench_tokenizer --data ../shared/data --repeat 3");
   const char* env = std::getenv("LLMTRAIN_DATA_DIR");
   std::string data = env ? env : "", python = LLMTRAIN_PYTHON;
   int repeat = 5;

@@ -26,6 +26,8 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "cli.h"
+
 namespace {
 
 struct Row {
@@ -135,6 +137,7 @@ Row run(const Variant& v, int64_t B, int64_t T, int steps, int warmup, double pe
 
 int main(int argc, char** argv) {
   CLI::App app{"GPT-2 124M training steps: llmtrain's fused path against plain LibTorch"};
+  llmtrain_cli::setup(app, "bench_train --steps 15 --warmup 3");
   std::vector<int64_t> batches;
   int64_t T = 1024;
   int steps = 20, warmup = 5;
