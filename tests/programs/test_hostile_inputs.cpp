@@ -209,6 +209,28 @@ TEST(HostileInputs, ACrashDuringACheckpointLeavesOneToResumeFrom) {
   }
 }
 
+// Ctrl-C twice while a checkpoint is being written: the process ends at once, with the shell's status
+// for SIGINT, the checkpoint it was writing is not taken for a whole one, and --resume goes on from the
+// one before.
+TEST(HostileInputs, ASecondInterruptEndsAtOnceAndLosesNoCheckpoint) {
+  Setting s;
+  const std::string out = s.t.path + "/interrupted";
+  expect_ok(run(s.train(out)), "the first 4 steps");
+  std::vector<std::string> argv = s.train(out, {"train.max_steps=8"});
+  argv.push_back("--resume");
+  const auto stopped = run(argv, {{"LLMTRAIN_FAILPOINT", "checkpoint:tensors-written+interrupts"}});
+  EXPECT_TRUE(stopped.exited && stopped.code == 128 + SIGINT) << stopped.how() << "\n" << stopped.output;
+  EXPECT_THAT(stopped.output, HasSubstr("second interrupt: stopping now, without a checkpoint of this step"));
+  // The half-written one lies under a temporary name, as after a crash, until the next run clears it.
+  EXPECT_THAT(listing(out + "/checkpoints"),
+              ::testing::MatchesRegex("step_00000002 step_00000004 step_00000006\\.tmp\\.[0-9]+"));
+  const auto resumed = run(argv);
+  expect_ok(resumed, "resume after two interrupts");
+  EXPECT_THAT(resumed.output, HasSubstr("resumed from " + out + "/checkpoints/step_00000004"));
+  EXPECT_THAT(resumed.output, HasSubstr("done at step 8"));
+  EXPECT_EQ(listing(out + "/checkpoints"), "step_00000006 step_00000008");
+}
+
 // A full disk (a small tmpfs in a mount namespace of its own) in the middle of a checkpoint, of a shard
 // set and of an export: an error naming the file, the earlier output intact, nothing half-written left.
 TEST(HostileInputs, AFullDiskFailsCleanlyAndKeepsTheEarlierOutput) {
