@@ -1,6 +1,6 @@
 // SentencePiece through sp_module.h's table: libsentencepiece lives in a module of its own, opened
-// with RTLD_DEEPBIND on first use (see sp_module.h for why), or linked in where LibTorch is not
-// (LLMTRAIN_SENTENCEPIECE_LINKED, the fuzzers).
+// in a link-map namespace of its own on first use (see sp_module.h for why), or linked in where LibTorch
+// is not (LLMTRAIN_SENTENCEPIECE_LINKED, the fuzzers).
 #include "llmtrain/tokenizer/sentencepiece.h"
 
 #include <dlfcn.h>
@@ -32,7 +32,7 @@ const SpApi& sp_api() {
       const size_t slash = lib.rfind('/');
       if (slash != std::string::npos) path = lib.substr(0, slash + 1) + path;
     }
-    void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    void* handle = ::dlmopen(LM_ID_NEWLM, path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!handle) {
       error = std::string("cannot open ") + path + ": " + ::dlerror();
       return;
@@ -88,17 +88,21 @@ SentencePiece::SentencePiece(const std::string& model_path)
 SentencePiece::SentencePiece(const std::string& name, const std::string& model_bytes) : impl_(std::make_unique<Impl>()) {
   Impl& d = *impl_;
   d.api = &detail::sp_api();
-  std::string error;
+  const char* error = "";
   d.model = d.api->load(model_bytes.data(), model_bytes.size(), &error);
   LLMTRAIN_CHECK(d.model != nullptr, "SentencePiece model ", name, " could not be loaded: ", error);
   const int n = d.api->piece_count(d.model);
   LLMTRAIN_CHECK(n > 0, "SentencePiece model ", name, " has no pieces");
   d.bytes_of.resize(size_t(n));
-  std::string piece;
+  const auto piece_of = [&d](int id) {
+    size_t size = 0;
+    const char* p = d.api->piece(d.model, id, &size);
+    return std::string(p, size);
+  };
   for (int id = 0; id < n; ++id) {
     const auto kind = d.api->piece_kind(d.model, id);
     if (kind == detail::SpPieceKind::kControl) continue;
-    d.api->piece(d.model, id, &piece);
+    std::string piece = piece_of(id);
     if (kind == detail::SpPieceKind::kByte) {
       const int byte = byte_of_piece(piece);
       LLMTRAIN_CHECK(byte >= 0, "SentencePiece model ", name, ": byte piece ", id, " is \"", piece,
@@ -118,12 +122,13 @@ SentencePiece::SentencePiece(const std::string& name, const std::string& model_b
     }
     d.bytes_of[size_t(id)] = text;
   }
-  std::vector<int> probe;
-  if (d.api->encode(d.model, "a", 1, &probe, &error) && !probe.empty() && probe[0] >= 0 && probe[0] < n)
+  size_t count = 0;
+  const int* probe = d.api->encode(d.model, "a", 1, &count, &error);
+  if (probe && count > 0 && probe[0] >= 0 && probe[0] < n)
     d.dummy_prefix = !d.bytes_of[size_t(probe[0])].empty() && d.bytes_of[size_t(probe[0])][0] == ' ';
   if (const int eos = d.api->eos_id(d.model); eos >= 0 && eos < n) {
     d.eos = eos;
-    d.api->piece(d.model, eos, &d.eos_text);
+    d.eos_text = piece_of(eos);
   }
 }
 
@@ -132,11 +137,11 @@ SentencePiece::~SentencePiece() = default;
 std::vector<int32_t> SentencePiece::encode(std::string_view text, bool allow_special) const {
   std::vector<int32_t> out;
   const auto plain = [&](std::string_view part, std::vector<int32_t>& o) {
-    std::vector<int> ids;
-    std::string error;
-    LLMTRAIN_CHECK(impl_->api->encode(impl_->model, part.data(), part.size(), &ids, &error),
-                   "SentencePiece::encode: ", error);
-    o.insert(o.end(), ids.begin(), ids.end());
+    size_t count = 0;
+    const char* error = "";
+    const int* ids = impl_->api->encode(impl_->model, part.data(), part.size(), &count, &error);
+    LLMTRAIN_CHECK(ids != nullptr, "SentencePiece::encode: ", error);
+    o.insert(o.end(), ids, ids + count);
   };
   if (allow_special && impl_->eos && !impl_->eos_text.empty())
     detail::encode_with_special(text, impl_->eos_text, *impl_->eos, plain, out);
@@ -207,8 +212,14 @@ void train_sentencepiece(const SentencePieceTrainOptions& o) {
     args.emplace_back("shuffle_input_sentence", "true");
   }
   try {
-    std::string error;
-    const bool ok = detail::sp_api().train(&args, &error);
+    std::vector<const char*> keys, values;
+    for (const auto& [k, v] : args) {
+      keys.push_back(k.c_str());
+      values.push_back(v.c_str());
+    }
+    const char* error_text = "";
+    const bool ok = detail::sp_api().train(keys.data(), values.data(), args.size(), &error_text);
+    const std::string error = error_text;
     LLMTRAIN_CHECK(ok, "train_sentencepiece: ", error,
                    error.find("sentences_.empty()") != std::string::npos
                        ? " (no usable lines: every line was empty or longer than max_line_bytes)"

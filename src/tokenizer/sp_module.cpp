@@ -10,8 +10,10 @@
 #include <exception>
 #include <memory>
 #include <new>
+#include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 namespace llmtrain::tokenizer::detail {
 namespace {
@@ -20,16 +22,29 @@ using Processor = sentencepiece::SentencePieceProcessor;
 
 const Processor& proc(const void* model) { return *static_cast<const Processor*>(model); }
 
-// Runs `body`, turning an escaping exception into `error` (and `fallback` as the result).
+// The calling thread's results and error text, handed out by pointer (sp_module.h).
+thread_local std::string t_error;
+thread_local std::vector<int> t_ids;
+
+// Runs `body`, turning an escaping exception into `*error` (and `fallback` as the result).
 template <typename F, typename R>
-R guarded(std::string* error, R fallback, F&& body) {
+R guarded(const char** error, R fallback, F&& body) {
   try {
     return body();
   } catch (const std::exception& e) {
-    *error = e.what();
+    t_error = e.what();
   } catch (...) {
-    *error = "unknown error in libsentencepiece";
+    t_error = "unknown error in libsentencepiece";
   }
+  *error = t_error.c_str();
+  return fallback;
+}
+
+// A failed status as `*error`, and `fallback` as the result.
+template <typename R>
+R failed(const sentencepiece::util::Status& status, const char** error, R fallback) {
+  t_error = status.ToString();
+  *error = t_error.c_str();
   return fallback;
 }
 
@@ -124,18 +139,16 @@ std::string check_normalizers(const char* bytes, size_t size) {
   return problem;
 }
 
-void* load(const char* bytes, size_t size, std::string* error) {
+void* load(const char* bytes, size_t size, const char** error) {
   return guarded(error, static_cast<void*>(nullptr), [&]() -> void* {
-    if (const std::string problem = check_normalizers(bytes, size); !problem.empty()) {
-      *error = problem;
+    if (std::string problem = check_normalizers(bytes, size); !problem.empty()) {
+      t_error = std::move(problem);
+      *error = t_error.c_str();
       return nullptr;
     }
     auto p = std::make_unique<Processor>();
     const auto status = p->LoadFromSerializedProto({bytes, size});
-    if (!status.ok()) {
-      *error = status.ToString();
-      return nullptr;
-    }
+    if (!status.ok()) return failed(status, error, static_cast<void*>(nullptr));
     return p.release();
   });
 }
@@ -153,24 +166,30 @@ SpPieceKind piece_kind(const void* model, int id) {
   return SpPieceKind::kNormal;
 }
 
-void piece(const void* model, int id, std::string* out) { *out = proc(model).IdToPiece(id); }
+const char* piece(const void* model, int id, size_t* size) {
+  const std::string& p = proc(model).IdToPiece(id);  // the model's own
+  *size = p.size();
+  return p.data();
+}
 
 int eos_id(const void* model) { return proc(model).eos_id(); }
 
-bool encode(const void* model, const char* text, size_t size, std::vector<int>* ids, std::string* error) {
-  return guarded(error, false, [&] {
-    const auto status = proc(model).Encode({text, size}, ids);
-    if (!status.ok()) *error = status.ToString();
-    return status.ok();
+const int* encode(const void* model, const char* text, size_t size, size_t* count, const char** error) {
+  return guarded(error, static_cast<const int*>(nullptr), [&]() -> const int* {
+    t_ids.clear();
+    const auto status = proc(model).Encode(std::string_view(text, size), &t_ids);
+    if (!status.ok()) return failed(status, error, static_cast<const int*>(nullptr));
+    *count = t_ids.size();
+    return t_ids.data();
   });
 }
 
-bool train(const std::vector<std::pair<std::string, std::string>>* flags, std::string* error) {
+bool train(const char* const* keys, const char* const* values, size_t count, const char** error) {
   return guarded(error, false, [&] {
-    const std::unordered_map<std::string, std::string> args(flags->begin(), flags->end());
+    std::unordered_map<std::string, std::string> args;
+    for (size_t i = 0; i < count; ++i) args[keys[i]] = values[i];
     const auto status = sentencepiece::SentencePieceTrainer::Train(args);
-    if (!status.ok()) *error = status.ToString();
-    return status.ok();
+    return status.ok() ? true : failed(status, error, false);
   });
 }
 

@@ -1,10 +1,17 @@
 // SentencePiece inside a process that links LibTorch: training BPE and unigram models, loading them
-// behind the Tokenizer interface, round trips, specials, byte fallback and bad input.
+// behind the Tokenizer interface, round trips, specials, byte fallback and bad input; and llmtrain's
+// encoding and decoding against the sentencepiece library's own (tests/python/sentencepiece_ids.py).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <dirent.h>
+
+#include <algorithm>
 #include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/fs.h"
@@ -15,6 +22,7 @@
 using llmtrain::tokenizer::SentencePiece;
 using llmtrain::tokenizer::train_sentencepiece;
 using ::testing::HasSubstr;
+namespace lt = llmtrain::testing;
 
 namespace {
 
@@ -125,6 +133,23 @@ TEST(SentencePiece, ACorruptNormalizerTableIsRefusedNotFollowed) {
   EXPECT_EQ(good.decode(good.encode("the quick brown fox")), "the quick brown fox");
 }
 
+// SentencePiece's trainer warns on std::cerr about lines longer than max_line_bytes: in a program that
+// uses std::cerr itself (this one, through gtest) that used to crash (docs/DEVELOPMENT.md, session 14).
+TEST(SentencePiece, TrainingThatWarnsDoesNotCrash) {
+  const std::string dir = llmtrain::fs::make_temp_dir("llmtrain_sp_warn_");
+  std::cerr << "this process writes to std::cerr\n";
+  std::ofstream(dir + "/corpus.txt") << make_corpus(5, 2000) << std::string(5000, 'x') << "\n";
+  llmtrain::tokenizer::SentencePieceTrainOptions o;
+  o.inputs = {dir + "/corpus.txt"};
+  o.model_prefix = dir + "/sp";
+  o.vocab_size = 330;
+  o.max_line_bytes = 1000;
+  train_sentencepiece(o);
+  const SentencePiece tok(o.model_prefix + ".model");
+  EXPECT_EQ(tok.decode(tok.encode("the model learns")), "the model learns");
+  llmtrain::fs::remove_tree(dir);
+}
+
 // The tokenizers llmtrain trains keep text as it is: newlines (as byte pieces) and runs of spaces come
 // back from decode, so samples and chat formats keep their lines; --fold-whitespace gives
 // SentencePiece's own normalisation, which folds them.
@@ -161,4 +186,76 @@ TEST(SentencePiece, PrintedTextIsAlwaysValidUtf8) {
   EXPECT_EQ(llmtrain::tokenizer::complete_utf8_prefix(whole), whole.size());
   EXPECT_EQ(llmtrain::tokenizer::printable_utf8(whole), whole);
   EXPECT_EQ(llmtrain::tokenizer::printable_utf8("a\xFF" "b"), "a\xEF\xBF\xBD" "b");
+}
+
+// llmtrain's SentencePiece against the sentencepiece library's own (its Python package, a build of its
+// own), for models trained by llmtrain on the State of the Union corpus: BPE and unigram keeping text as
+// it is, and unigram with SentencePiece's NFKC folding and dummy prefix. The same ids for every paragraph
+// of the corpus and for hard strings; the same text back from those ids, and from id lists that cut
+// characters apart (the library prints U+FFFD for a partial character, as printable_utf8 does).
+TEST(SentencePiece, MatchesTheSentencePieceLibrary) {
+  LLMTRAIN_REQUIRE_DATA_DIR(data);
+  const std::string dir = llmtrain::fs::make_temp_dir("llmtrain_sp_peer_");
+  std::vector<std::string> files;
+  if (DIR* d = ::opendir((data + "/sotu").c_str())) {
+    while (const dirent* e = ::readdir(d))
+      if (e->d_name[0] != '.') files.push_back(data + "/sotu/" + e->d_name);
+    ::closedir(d);
+  }
+  std::sort(files.begin(), files.end());
+  ASSERT_GT(files.size(), 100u);
+  std::vector<std::string> train_files, texts = {
+      "double  spaces", " leading space", "trailing space ", "  both  ", "\ttabs\tinside\t", "new\nlines\n\n",
+      "\r\nwindows\r\n", "full-width ＡＢＣ　１２３！", "ﬁ ligature and ① circled", "e\u0301 combining n\u0303",
+      "byte fallback: 😀 👨‍👩‍👧 数据 한국어", "</s> <s> <unk> as text", "", " ", "\n", "   \n  \n",
+      "U.S. $1,234.56 -- 50% (approx.)", "ALL CAPS SENTENCE.", std::string(300, 'a'), std::string("\x01\x7f ctl", 7)};
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (i % 8 == 0) train_files.push_back(files[i]);
+    if (i % 4 != 1) continue;
+    std::istringstream in(llmtrain::fs::read_file(files[i]));
+    for (std::string line; std::getline(in, line);)
+      if (!line.empty()) texts.push_back(line);
+  }
+  std::mt19937 rng(11);
+  struct Model {
+    const char* type;
+    bool keep_whitespace;
+  };
+  for (const Model m : {Model{"bpe", true}, Model{"unigram", true}, Model{"unigram", false}}) {
+    const std::string what = std::string(m.type) + (m.keep_whitespace ? "" : ", folded");
+    llmtrain::tokenizer::SentencePieceTrainOptions o;
+    o.inputs = train_files;
+    o.model_prefix = dir + "/" + m.type + (m.keep_whitespace ? "" : "_folded");
+    o.model_type = m.type;
+    o.vocab_size = 2000;
+    o.keep_whitespace = m.keep_whitespace;
+    train_sentencepiece(o);
+    const SentencePiece ours(o.model_prefix + ".model");
+    std::vector<std::vector<int32_t>> id_lists;
+    for (int i = 0; i < 200; ++i) {  // any ids, byte pieces and specials among them
+      std::vector<int32_t> ids(1 + rng() % 12);
+      for (auto& id : ids) id = int32_t(rng() % 2000);
+      id_lists.push_back(ids);
+    }
+    std::ofstream(dir + "/in.json") << nlohmann::json({{"texts", texts}, {"id_lists", id_lists}}).dump();
+    const std::string cmd = "'" + lt::test_python() + "' '" + lt::test_source_dir() + "/tests/python/sentencepiece_ids.py' '" +
+                            o.model_prefix + ".model' '" + dir + "/in.json' '" + dir + "/out.json'";
+    ASSERT_EQ(lt::run_command(cmd), 0) << cmd;
+    const auto theirs = nlohmann::json::parse(llmtrain::fs::read_file(dir + "/out.json"));
+    int wrong_ids = 0, wrong_text = 0;
+    for (size_t i = 0; i < texts.size(); ++i) {
+      const auto ids = ours.encode(texts[i]);
+      if (ids != theirs["ids"][i].get<std::vector<int32_t>>() && ++wrong_ids <= 3)
+        ADD_FAILURE() << what << ": ids of " << nlohmann::json(texts[i]).dump() << "\n theirs: " << theirs["pieces"][i];
+      if (ours.decode(ids) != theirs["decoded"][i].get<std::string>() && ++wrong_text <= 3)
+        ADD_FAILURE() << what << ": decoded " << nlohmann::json(texts[i]).dump() << " as " << nlohmann::json(ours.decode(ids)).dump()
+                      << ", the library as " << theirs["decoded"][i];
+    }
+    EXPECT_EQ(wrong_ids, 0) << what << " of " << texts.size() << " texts";
+    EXPECT_EQ(wrong_text, 0) << what;
+    for (size_t i = 0; i < id_lists.size(); ++i)
+      EXPECT_EQ(llmtrain::tokenizer::printable_utf8(ours.decode(id_lists[i])), theirs["decoded_lists"][i].get<std::string>())
+          << what << ": " << nlohmann::json(id_lists[i]).dump();
+  }
+  llmtrain::fs::remove_tree(dir);
 }
