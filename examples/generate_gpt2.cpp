@@ -50,7 +50,9 @@ int main(int argc, char** argv) {
     const bool bf16 = dtype == "bfloat16" || (dtype == "auto" && cuda);
     model->to(cuda ? torch::kCUDA : torch::kCPU, bf16 ? torch::kBFloat16 : torch::kFloat);
     std::unique_ptr<llmtrain::tokenizer::Tokenizer> tok;
-    if (format == "text" || !prompt.empty()) {
+    // A tokenizer is needed for text out or in, for the id that starts a document, and for the default
+    // stop id (the end of text): only ids in and out with --stop-ids do without one.
+    if (format == "text" || !prompt.empty() || prompt_ids.empty() || stop_ids.empty()) {
       // The model's own tokenizer (a run's copy, a Hugging Face folder's files) unless one is named here.
       const auto own = tokenizer.empty() && vocab_dir.empty() && model_file.empty()
                            ? llmtrain::train::model_tokenizer(checkpoint) : std::nullopt;

@@ -5,12 +5,14 @@
 # on a 2-core CPU; a larger one on a GPU), evaluates it, draws the loss curves into
 # runs/demo/model/loss.svg and prints a few samples. Set-up (packages, LibTorch, the build) is done by
 # `make build` before this runs.
+#   DEMO_OUT   the run's folder (default runs/demo)      DEMO_STEPS  training steps (default: the config's)
+#   DEMO_SET   more --set flags for train_gpt2            DEMO_DEVICE cpu or gpu (default: gpu when there is one)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 bin=${LLMTRAIN_BUILD_DIR:-$root/build}/bin
-out=runs/demo
+out=${DEMO_OUT:-runs/demo}
 say() { printf '\n[demo] %s\n' "$*"; }
 
 # ---- The corpus ---------------------------------------------------------------------------------
@@ -57,7 +59,9 @@ config=examples/configs/demo_${DEMO_DEVICE}.json
 say "training GPT-2 ($config)"
 start=$(date +%s)
 # shellcheck disable=SC2086
-"$bin/train_gpt2" --config "$config" ${DEMO_SET:-}
+"$bin/train_gpt2" --config "$config" --set out_dir="$out/model" --set data.train="$out/data/train_*.bin" \
+  --set data.val="$out/data/val_*.bin" --set tokenizer.path="$out/tokenizer/sp.model" \
+  ${DEMO_STEPS:+--set train.max_steps=$DEMO_STEPS} ${DEMO_SET:-}
 say "trained in $(($(date +%s) - start)) s; loss curves: $out/model/loss.svg, metrics: $out/model/metrics.jsonl"
 say "the run folder $out/model carries its tokenizer: generate_gpt2 --checkpoint $out/model needs nothing else"
 

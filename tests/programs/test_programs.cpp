@@ -1,0 +1,168 @@
+// Every program of examples/ run end to end as a user runs it, on tiny inputs: a text corpus to a
+// tokenizer (train_tokenizer), text to ids and back (tokenize), shards (prepare_data), a trained and
+// resumed model (train_gpt2), samples that stop where they should (generate_gpt2), the model converted
+// each way and still the same (convert_checkpoint), and a fine-tuning run started, refused and resumed
+// (finetune_gpt2). train_gpt2 and finetune_gpt2 refuse to start over a used out_dir. (The schedule is
+// constant so that --resume may run further: a cosine one is refused, as exactness requires.)
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "io/llmc_file.h"
+#include "llmtrain/infer/generate.h"
+#include "llmtrain/train/trainer.h"
+#include "programs/programs.h"
+
+using namespace llmtrain::testing::programs;
+using ::testing::HasSubstr;
+using Ids = std::vector<int32_t>;
+
+namespace {
+
+// Sentences over a small vocabulary, each a document (ended by a "%" line).
+std::string corpus_text() {
+  const std::vector<std::string> words = {"the", "model", "learns", "tokens", "from", "text", "and", "data",
+                                          "training", "runs", "fast", "on", "a", "loss", "falls", "step"};
+  std::mt19937 rng(5);
+  std::string out;
+  for (int l = 0; l < 600; ++l) {
+    for (int i = 0, n = 5 + int(rng() % 8); i < n; ++i) out += (i ? " " : "") + words[rng() % words.size()];
+    out += ".\n%\n";
+  }
+  return out;
+}
+
+// The ids of a program's `--format ids` line (its last line of output).
+Ids ids_of(const llmtrain::testing::Outcome& o) {
+  const std::string out = o.output.substr(0, o.output.find_last_not_of('\n') + 1);
+  return nlohmann::json::parse(out.substr(out.rfind('\n') + 1)).get<Ids>();
+}
+
+}  // namespace
+
+TEST(Programs, FromTextToATrainedModelSamplesConversionsAndAFineTune) {
+  llmtrain::testing::TempDir t;
+  const std::string corpus = t.path + "/corpus.txt", model = t.path + "/tok/sp.model";
+  std::ofstream(corpus) << corpus_text();
+
+  // train_tokenizer: a model, and no second one over it without --force.
+  expect_ok(run({"train_tokenizer", "--vocab-size", "300", "--out", t.path + "/tok/sp", corpus}), "train_tokenizer");
+  ASSERT_TRUE(fs::exists(model));
+  const std::string trained = fs::read_file(model);
+  expect_refused(run({"train_tokenizer", "--vocab-size", "300", "--out", t.path + "/tok/sp", corpus}),
+                 {model, "exists", "--force"}, "train_tokenizer over its own output");
+  EXPECT_EQ(fs::read_file(model), trained);
+
+  // tokenize: text to ids and the ids back to the text.
+  const std::string text = "the model learns from data.\nloss  falls";
+  const auto enc = run({"tokenize", "--tokenizer", "sentencepiece", "--model", model}, {}, text);
+  expect_ok(enc, "tokenize");
+  const Ids ids = ids_of(enc);
+  EXPECT_EQ(ids, llmtrain::tokenizer::load_tokenizer("sentencepiece", model)->encode(text));
+  const auto dec = run({"tokenize", "--tokenizer", "sentencepiece", "--model", model, "--decode"}, {},
+                       nlohmann::json(ids).dump());
+  expect_ok(dec, "tokenize --decode");
+  EXPECT_EQ(dec.output, text);
+
+  // prepare_data: shards of both splits.
+  expect_ok(run({"prepare_data", "--tokenizer", "sentencepiece", "--model", model, "--doc-separator", "%", "--val-fraction",
+                 "0.1", "--out", t.path + "/data", corpus}),
+            "prepare_data");
+  EXPECT_TRUE(fs::exists(t.path + "/data/train_000000.bin"));
+  EXPECT_TRUE(fs::exists(t.path + "/data/val_000000.bin"));
+
+  // train_gpt2: a run, refused over its used out_dir, resumed further with --resume.
+  const std::string config = t.path + "/tiny.json", run_dir = t.path + "/run";
+  std::ofstream(config) << nlohmann::json{
+      {"model", {{"preset", "tiny"}, {"vocab_size", 300}, {"n_layer", 1}, {"block_size", 32}}},
+      {"data", {{"train", t.path + "/data/train_*.bin"}, {"val", t.path + "/data/val_*.bin"}}},
+      {"tokenizer", {{"kind", "sentencepiece"}, {"path", model}}},
+      {"train", {{"batch_size", 2}, {"seq_len", 16}, {"max_steps", 6}, {"lr", 1e-3}, {"schedule", "constant"}}},
+      {"eval", {{"batches", 1}}}, {"checkpoint", {{"every", 3}, {"keep", 2}}}, {"device", "cpu"},
+      {"out_dir", run_dir}};
+  const auto trained_run = run({"train_gpt2", "--config", config});
+  expect_ok(trained_run, "train_gpt2");
+  EXPECT_THAT(trained_run.output, HasSubstr("done at step 6"));
+  const std::string metrics = fs::read_file(run_dir + "/metrics.jsonl");
+  expect_refused(run({"train_gpt2", "--config", config}), {run_dir, "already holds a run", "--resume"},
+                 "train_gpt2 over a used out_dir");
+  EXPECT_EQ(fs::read_file(run_dir + "/metrics.jsonl"), metrics);
+  const auto resumed = run({"train_gpt2", "--config", config, "--set", "train.max_steps=8", "--resume"});
+  expect_ok(resumed, "train_gpt2 --resume");
+  EXPECT_THAT(resumed.output, HasSubstr("resumed from " + run_dir + "/checkpoints/step_00000006"));
+  EXPECT_THAT(resumed.output, HasSubstr("done at step 8"));
+
+  // generate_gpt2: text from the run's own tokenizer; ids; --stop-ids ends at the id it names.
+  const auto sample = run({"generate_gpt2", "--checkpoint", run_dir, "--prompt", "the model", "--max-new-tokens", "8",
+                           "--device", "cpu"});
+  expect_ok(sample, "generate_gpt2");
+  EXPECT_EQ(sample.output.rfind("the model", 0), 0u) << sample.output;
+  const std::vector<std::string> greedy = {"--prompt-ids", "[5, 9, 12]", "--max-new-tokens", "6", "--temperature", "0",
+                                           "--format", "ids", "--device", "cpu"};
+  const auto generate = [&](const std::string& from, std::vector<std::string> extra) {
+    std::vector<std::string> argv = {"generate_gpt2", "--checkpoint", from};
+    argv.insert(argv.end(), greedy.begin(), greedy.end());
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    const auto o = run(argv);
+    expect_ok(o, "generate_gpt2 --checkpoint " + from);
+    return o.exited && o.code == 0 ? ids_of(o) : Ids{};
+  };
+  const Ids six = generate(run_dir, {"--stop-ids", "[]"});
+  ASSERT_EQ(six.size(), 6u);
+  EXPECT_EQ(generate(run_dir, {"--stop-ids", "[" + std::to_string(six[2]) + "]"}),
+            Ids(six.begin(), six.begin() + 1 + (std::find(six.begin(), six.end(), six[2]) - six.begin())));
+
+  // ... and by default at the tokenizer's end of text: a model whose best next token is </s>.
+  const auto tok_cfg = llmtrain::train::model_tokenizer(run_dir);
+  ASSERT_TRUE(tok_cfg.has_value());
+  const int32_t eot = *llmtrain::train::load_tokenizer(*tok_cfg)->eot_id();
+  auto net = llmtrain::train::load_checkpoint_model(run_dir);
+  {
+    torch::NoGradGuard no_grad;
+    net->eval();
+    const auto h = net->transformer(torch::tensor({5, 9, 12}, torch::kLong).view({1, -1}));
+    const auto& wte = net->transformer->wte->weight;
+    const int64_t first = six[0];
+    const double logit = h[0][-1].dot(wte[first]).item<double>();
+    wte[eot].copy_(wte[first] * (logit > 0 ? 2.0 : 0.5));
+  }
+  llmtrain::train::save_model_checkpoint(net, t.path + "/ends", {}, tok_cfg);
+  EXPECT_EQ(generate(t.path + "/ends", {}), Ids{eot});
+
+  // convert_checkpoint, each way: the same greedy ids from every form of the model.
+  const auto convert = [&](std::vector<std::string> argv) {
+    argv.insert(argv.begin(), "convert_checkpoint");
+    expect_ok(run(argv), argv[2] + " -> " + argv[5]);
+  };
+  convert({"--from", "native", run_dir, "--to", "hf", t.path + "/hf"});
+  convert({"--from", "hf", t.path + "/hf", "--to", "native", t.path + "/from_hf"});
+  convert({"--from", "native", run_dir, "--to", "native", t.path + "/native"});
+  auto trained_net = llmtrain::train::load_checkpoint_model(run_dir);
+  std::ofstream(t.path + "/model.bin", std::ios::binary) << llmtrain::testing::llmc_bytes(trained_net, 3, 320);
+  convert({"--from", "llmc", t.path + "/model.bin", "--to", "native", t.path + "/from_llmc"});
+  for (const char* form : {"/hf", "/from_hf", "/native", "/from_llmc"})
+    EXPECT_EQ(generate(t.path + form, {"--stop-ids", "[]"}), six) << form;
+  EXPECT_EQ(fs::read_file(t.path + "/hf/tokenizer.model"), trained);
+
+  // finetune_gpt2: from the run, refused over its used out_dir, resumed further with --resume.
+  const std::string ft = t.path + "/ft.json", ft_dir = t.path + "/ft";
+  std::ofstream(ft) << nlohmann::json{{"data", {{"train", t.path + "/data/train_*.bin"}}},
+                                      {"train", {{"batch_size", 2}, {"seq_len", 16}, {"max_steps", 3}, {"lr", 1e-4},
+                                                 {"schedule", "constant"}}},
+                                      {"checkpoint", {{"every", 3}}}, {"device", "cpu"}, {"out_dir", ft_dir}};
+  const auto tuned = run({"finetune_gpt2", "--from", run_dir, "--config", ft});
+  expect_ok(tuned, "finetune_gpt2");
+  EXPECT_THAT(tuned.output, HasSubstr("done at step 3"));
+  EXPECT_EQ(fs::read_file(ft_dir + "/tokenizer/tokenizer.model"), trained);
+  expect_refused(run({"finetune_gpt2", "--from", run_dir, "--config", ft}), {ft_dir, "already holds a run", "--resume"},
+                 "finetune_gpt2 over a used out_dir");
+  const auto tuned_more = run({"finetune_gpt2", "--from", run_dir, "--config", ft, "--set", "train.max_steps=5", "--resume"});
+  expect_ok(tuned_more, "finetune_gpt2 --resume");
+  EXPECT_THAT(tuned_more.output, HasSubstr("resumed from " + ft_dir + "/checkpoints/step_00000003"));
+  EXPECT_THAT(tuned_more.output, HasSubstr("done at step 5"));
+}
