@@ -7,8 +7,11 @@
 #include <torch/cuda.h>
 #include <torch/types.h>
 
+#include <dirent.h>
+
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -22,6 +25,28 @@ struct TempDir {
   std::string path = llmtrain::fs::make_temp_dir("llmtrain_test_");
   ~TempDir() { llmtrain::fs::remove_tree(path); }
 };
+
+/// Every file and folder under `dir`, by path relative to it, with each file's bytes (a folder: "/"):
+/// compared before and after a refused call, it shows that nothing was written, moved or removed.
+inline std::map<std::string, std::string> files_under(const std::string& dir, const std::string& rel = "") {
+  std::map<std::string, std::string> out;
+  DIR* d = ::opendir((dir + rel).c_str());
+  if (!d) return out;
+  std::vector<std::string> names;
+  while (const dirent* e = ::readdir(d))
+    if (std::string(e->d_name) != "." && std::string(e->d_name) != "..") names.push_back(e->d_name);
+  ::closedir(d);
+  for (const auto& n : names) {
+    const std::string path = rel + "/" + n;
+    if (llmtrain::fs::is_dir(dir + path)) {
+      out[path] = "/";
+      out.merge(files_under(dir, path));
+    } else {
+      out[path] = llmtrain::fs::read_file(dir + path);
+    }
+  }
+  return out;
+}
 
 /// Runs `body`, expecting llmtrain::Error whose message contains every one of `parts`.
 template <typename F>

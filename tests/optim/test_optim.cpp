@@ -189,11 +189,16 @@ TEST(Optimizer, EveryPrecisionModeTrainsATinyModel) {
     const auto idx = torch::randint(cfg.vocab_size(), {2, 32}, torch::kLong);
     double first = 0, last = 0;
     int skipped = 0;
+    // The products ran in the mode's dtype: autocast (bf16, fp16) or the bf16 weights (bf16-master).
+    const auto want = o.precision == Precision::kFP32 ? torch::kFloat
+                      : o.precision == Precision::kFP16 ? torch::kHalf : torch::kBFloat16;
     for (int step = 0; step < 40; ++step) {
       torch::Tensor loss;
       {
         AutocastScope amp(torch::kCPU, o.precision);
-        loss = model(idx, idx).loss;
+        const auto out = model(idx, idx);
+        EXPECT_EQ(out.logits.scalar_type(), want) << mode;
+        loss = out.loss;
       }
       opt.scale_loss(loss).backward();
       skipped += opt.step(step).skipped;

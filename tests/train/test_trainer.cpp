@@ -296,15 +296,23 @@ TEST(Trainer, BadInputIsAClearErrorAndLosesNothing) {
     Trainer t(run.config("shape"));
     run_losses(t, 5);
   }
+  // Each refusal leaves the run folder as it was, byte for byte.
+  const std::string shape = run.dir.path + "/shape";
+  auto before = llmtrain::testing::files_under(shape);
   expect_error([&] { Trainer t(run.config("shape", {"model.n_layer=3"})); t.resume_if_possible(); },
                {"step_00000005", "n_layer 2,", "this config has vocab_size 50257, block_size 128, n_layer 3,"});
-  const std::string state = run.dir.path + "/shape/checkpoints/step_00000005/state.json";
+  EXPECT_EQ(llmtrain::testing::files_under(shape), before);
+  const std::string state = shape + "/checkpoints/step_00000005/state.json";
   const std::string saved = llmtrain::fs::read_file(state);
   std::ofstream(state) << R"({"format": "something-else"})";
+  before = llmtrain::testing::files_under(shape);
   expect_error([&] { Trainer t(run.config("shape")); t.resume_if_possible(); }, {"not an llmtrain checkpoint"});
+  EXPECT_EQ(llmtrain::testing::files_under(shape), before);
   std::ofstream(state) << saved;
-  std::ofstream(run.dir.path + "/shape/checkpoints/step_00000005/model.pt") << "truncated";
+  std::ofstream(shape + "/checkpoints/step_00000005/model.pt") << "truncated";
+  before = llmtrain::testing::files_under(shape);
   expect_error([&] { Trainer t(run.config("shape")); t.resume_if_possible(); }, {"step_00000005", "cannot load model.pt"});
+  EXPECT_EQ(llmtrain::testing::files_under(shape), before);
 }
 
 TEST(Trainer, TwoRanksOnSplitBatchesTrainAsOneRankOnTheWholeBatch) {
@@ -372,11 +380,15 @@ TEST(Trainer, ZeroShardedOptimizerTrainsAsDataParallelAndResumesExactly) {
     for (size_t i = 0; i < 10; ++i) EXPECT_EQ(rest.losses[1][i], full.losses[1][10 + i]) << "step " << 11 + i;
     EXPECT_TRUE(torch::equal(rest.weights[0], full.weights[0]));
   }
-  // Other ranks, or no sharding: a clear error, nothing overwritten.
+  // Other ranks, or no sharding: a clear error, nothing overwritten (the run folder byte for byte).
+  const std::string split = run.dir.path + "/split_fp32";
+  const auto before = llmtrain::testing::files_under(split);
   expect_error([&] { run_ranks(1, run.config("split_fp32", {"train.zero=true"}), true); },
                {"sharded over 2 ranks (ZeRO-1)", "shards it over 1 ranks", "train.zero=true on 2 ranks"});
+  EXPECT_EQ(llmtrain::testing::files_under(split), before);
   expect_error([&] { run_ranks(2, run.config("split_fp32"), true); },
                {"sharded over 2 ranks", "does not shard it", "train.zero=true on 2 ranks"});
+  EXPECT_EQ(llmtrain::testing::files_under(split), before);
   expect_error([&] { Trainer t(run.config("alone", {"train.zero=true"})); }, {"train.zero", "no communicator"});
 }
 
