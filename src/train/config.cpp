@@ -2,6 +2,7 @@
 // drift apart.
 #include "llmtrain/train/config.h"
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -65,6 +66,9 @@ std::vector<Field> fields(TrainerConfig& c) {
       {"train.precision", &c.train.precision, "fp32, bf16, fp16 (with loss scaling) or bf16-master (bf16 weights, "
                                               "fp32 masters)"},
       {"train.rounding", &c.train.rounding, "bf16-master's bf16 copies: stochastic or nearest"},
+      {"train.loss_scale", &c.train.loss_scale, "fp16: the first loss scale (halved at each overflow)"},
+      {"train.loss_scale_growth_interval", &c.train.loss_scale_growth_interval,
+       "fp16: steps without overflow after which the loss scale doubles"},
       {"train.seed", &c.train.seed, "seed of the initial weights, the data order, dropout and samples"},
       {"train.cuda_graph", &c.train.cuda_graph, "one GPU: replay each micro-step as a CUDA graph"},
       {"train.bucket_mb", &c.train.bucket_mb, "several ranks: MiB of gradients per all-reduce"},
@@ -152,6 +156,9 @@ void validate(const TrainerConfig& c, const std::function<std::string(const std:
                  ": data.format must be auto, shards or sft, got \"", c.data.format, "\"");
   LLMTRAIN_CHECK(c.data.shuffle_unit == "window" || c.data.shuffle_unit == "batch", from("data.shuffle_unit"),
                  ": data.shuffle_unit must be window or batch, got \"", c.data.shuffle_unit, "\"");
+  LLMTRAIN_CHECK(std::isfinite(c.train.loss_scale) && c.train.loss_scale >= 1, from("train.loss_scale"),
+                 ": train.loss_scale must be a finite number >= 1, got ", c.train.loss_scale);
+  at_least("train.loss_scale_growth_interval", c.train.loss_scale_growth_interval, 1);
   LLMTRAIN_CHECK(c.train.rounding == "stochastic" || c.train.rounding == "nearest", from("train.rounding"),
                  ": train.rounding must be stochastic or nearest, got \"", c.train.rounding, "\"");
   LLMTRAIN_CHECK(c.tokenizer.kind.empty() || c.tokenizer.kind == "gpt2" || c.tokenizer.kind == "sentencepiece", from("tokenizer.kind"),
@@ -200,6 +207,8 @@ optim::OptimizerOptions TrainerConfig::optimizer() const {
   o.grad_clip = train.grad_clip;
   o.precision = optim::parse_precision(train.precision);
   o.stochastic_rounding = train.rounding == "stochastic";
+  o.scaler.init_scale = train.loss_scale;
+  o.scaler.growth_interval = train.loss_scale_growth_interval;
   o.seed = train.seed;
   return o;
 }

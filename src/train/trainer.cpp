@@ -720,6 +720,7 @@ int64_t Trainer::run() {
     r.lr = info.lr;
     r.grad_norm = info.grad_norm;
     r.skipped = info.skipped;
+    r.loss_scale = info.loss_scale;
     r.tokens_per_s = double(step_tokens) / dt;
     r.elapsed_s = d.elapsed_before + run_s;
     if (d.peak_flops > 0) r.mfu = r.tokens_per_s * flops_per_token / (d.peak_flops * d.world);
@@ -727,6 +728,7 @@ int64_t Trainer::run() {
                  {"tokens_per_s", r.tokens_per_s}, {"elapsed_s", r.elapsed_s}};
     if (d.peak_flops > 0) line["mfu"] = r.mfu;
     if (r.skipped) line["skipped"] = true;
+    if (d.opt->options().precision == optim::Precision::kFP16) line["loss_scale"] = r.loss_scale;
     d.append_metrics(line);
 
     window.push_back(dt);

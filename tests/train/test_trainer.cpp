@@ -10,6 +10,7 @@
 #include <fstream>
 #include <mutex>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -212,6 +213,42 @@ TEST(Trainer, ResumeGivesExactlyTheLossesOfAnUninterruptedRun) {
   const auto rest = run_losses(second);
   ASSERT_EQ(rest.size(), 10u);
   for (size_t i = 0; i < rest.size(); ++i) EXPECT_EQ(rest[i], expected[10 + i]) << "step " << 11 + i;  // bitwise
+}
+
+// The same in fp16, whose loss scale and count of good steps are part of the state, and in
+// bf16 autocast: the resumed steps' losses bitwise, and in fp16 the same scale step by step.
+TEST(Trainer, ResumeIsExactInFp16AndBf16) {
+  for (const char* precision : {"fp16", "bf16"}) {
+    SCOPED_TRACE(precision);
+    RunFolder run;
+    // fp16 starts at a scale of 2^24, which overflows and is halved, and doubles after 3 good steps.
+    const std::vector<std::string> sets = {std::string("train.precision=") + precision, "checkpoint.every=0",
+                                           "train.loss_scale=16777216", "train.loss_scale_growth_interval=3"};
+    Trainer full(run.config("full", sets));
+    const auto expected = run_losses(full);
+    ASSERT_EQ(expected.size(), 20u);
+    {
+      Trainer first(run.config("split", sets));
+      EXPECT_EQ(run_losses(first, 10).size(), 10u);
+    }
+    Trainer second(run.config("split", sets));
+    ASSERT_TRUE(second.resume_if_possible());
+    const auto rest = run_losses(second);
+    ASSERT_EQ(rest.size(), 10u);
+    for (size_t i = 0; i < rest.size(); ++i) EXPECT_EQ(rest[i], expected[10 + i]) << "step " << 11 + i;  // bitwise
+    if (std::string(precision) != "fp16") continue;
+    const auto scales = [&](const std::string& out) {  // metrics.jsonl's loss scale of each step
+      std::vector<double> v;
+      for (const auto& line : metrics(run.dir.path + "/" + out))
+        if (line["type"] == "train") v.push_back(line["loss_scale"].get<double>());
+      return v;
+    };
+    const auto full_scales = scales("full");
+    ASSERT_EQ(full_scales.size(), 20u);
+    EXPECT_LT(full_scales[9], 16777216.0) << "the test means an fp16 run whose scale moved before the checkpoint";
+    EXPECT_NE(std::set<double>(full_scales.begin() + 10, full_scales.end()).size(), 1u) << "and after it";
+    EXPECT_EQ(scales("split"), full_scales);
+  }
 }
 
 // A step's record is written once the next step's forward and backward are queued; a stop asked for

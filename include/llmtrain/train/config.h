@@ -50,6 +50,8 @@ struct TrainConfig {
   double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, grad_clip = 1.0;
   std::string precision = "fp32";   // fp32 | bf16 | fp16 | bf16-master
   std::string rounding = "stochastic";  // bf16-master's bf16 copies: stochastic | nearest
+  double loss_scale = 65536;        // fp16: the first loss scale
+  int64_t loss_scale_growth_interval = 2000;  // fp16: steps without overflow before the scale doubles
   uint64_t seed = 1337;
   bool cuda_graph = true;           // CUDA, not fp16, one rank: each micro-step's forward and backward replayed as a graph
   int64_t bucket_mb = 25;           // several ranks: the gradients (MiB) one all-reduce carries
