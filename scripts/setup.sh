@@ -12,7 +12,8 @@ venv=$root/.venv
 say() { printf '[setup] %s\n' "$*"; }
 if [ ! -f "$build_dir/build.ninja" ]; then
   say "first set-up of this checkout: packages, Python with LibTorch, then the build into $build_dir"
-  say "(about 15 minutes and 6 GB of disk on a 2-core machine; later runs rebuild only what changed)"
+  say "(on a 2-core machine without a GPU: about 10 minutes and 5 GB of disk for make demo, 25 minutes for make"
+  say " test, which builds the tests and benchmarks too; later runs rebuild only what changed)"
 fi
 
 # ---- Debian packages: probe what the build needs, install only what is missing -----------------
