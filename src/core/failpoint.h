@@ -3,7 +3,8 @@
 // tests can check that every instant of a replace leaves a complete output. The name
 // "replace:no-exchange" instead makes write_dir_atomic take the two-rename path that filesystems
 // without an atomic exchange (NFS) get; "<point>+interrupts" sends the process two SIGINTs there, as a
-// user pressing Ctrl-C twice would. Unset, each point is one getenv.
+// user pressing Ctrl-C twice would; "train:throw:rankR" makes rank R of a run throw at step 3 (the
+// Trainer). Unset, each point is one getenv.
 #pragma once
 
 namespace llmtrain::detail {

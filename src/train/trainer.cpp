@@ -764,6 +764,9 @@ int64_t Trainer::run() {
     }
     std::fflush(stdout);
     if (d.callback) d.callback(r);
+    // Test hook: "train:throw:rankR" makes rank R fail at step 3, as bad data or a full disk on one rank would.
+    if (r.step == 3 && llmtrain::detail::failpoint_set(("train:throw:rank" + std::to_string(d.rank)).c_str()))
+      throw Error("failpoint train:throw:rank" + std::to_string(d.rank) + " at step 3");
   };
   const auto due = [](int64_t every, int64_t step) { return every > 0 && step % every == 0; };
   while (d.step < c.train.max_steps && !stop_now()) {
@@ -1186,7 +1189,9 @@ int64_t run_training(const TrainerConfig& cfg, const RunOptions& options, std::s
     return step;
   } catch (const std::exception& e) {
     if (world <= 1) throw;
-    std::fprintf(stderr, "rank %d of %d: %s; ending every rank\n", rank, world, describe(e).c_str());
+    const std::string who = "rank " + std::to_string(rank) + " of " + std::to_string(world) + ": ",
+                      what = describe(e);  // a communicator's errors name the rank already
+    std::fprintf(stderr, "%s%s; ending every rank\n", what.rfind(who, 0) == 0 ? "" : who.c_str(), what.c_str());
     std::fflush(stderr);
     comm->abort(1);
     throw;  // not reached: abort ends the process

@@ -3,7 +3,7 @@
 // dist::DataParallel's buckets and averages, the Trainer on two ranks with half a batch each against
 // one process with two accumulation steps (plain and ZeRO-1), and configurations that differ. Every
 // rank runs every test, making the same collective calls in order. RanksKilledRank runs only under
-// tests/dist/killed_rank.sh.
+// tests/dist/killed_rank.sh, RanksAbortedRank and RanksThrowingRank only under env_ranks.sh.
 #include <gtest/gtest.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
@@ -205,6 +205,18 @@ TEST(RanksKilledRank, TheOtherRankDoesNotHang) {
   });
   t.run();
   ADD_FAILURE() << "the run went on to its end after a rank died";
+}
+
+// Rank 1 throws at step 3 of run_training (failpoint train:throw:rank1): it ends every rank. Rank 1
+// aborts the run; rank 0, waiting in a collective, gets an error naming rank 1 and ends too. Run by
+// ctest under env_ranks.sh, with no launcher that would end rank 0 itself.
+TEST(RanksThrowingRank, EveryRankEnds) {
+  if (!std::getenv("LLMTRAIN_THROW_RANK_TEST")) GTEST_SKIP() << "run by ctest under tests/dist/env_ranks.sh";
+  const auto comm = world();
+  ASSERT_TRUE(comm);
+  llmtrain::testing::RunFolder run;
+  llmtrain::train::run_training(run.config("throwing", {"train.max_steps=1000", "checkpoint.every=0"}), {}, comm);
+  ADD_FAILURE() << "rank " << comm->rank() << " went on to the end of the run";
 }
 
 // Rank 1 aborts (the store marks the run failed) while rank 0 waits in a collective: rank 0's wait

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <thread>
 
@@ -34,29 +35,34 @@ int free_port() {
   return ntohs(a.sin_port);
 }
 
-Rendezvous meeting(int port, int rank, int seconds) {
+Rendezvous meeting(int port, int rank, int seconds, int world = 2) {
   Rendezvous w;
   w.rank = rank;
-  w.world_size = 2;
+  w.world_size = world;
   w.port = port;
   w.timeout = std::chrono::seconds(seconds);
   return w;
 }
 
-// Runs body(rank's communicator) on two threads that meet at a fresh port.
+// Runs body(rank's communicator) on `world` threads that meet at a fresh port.
 template <typename F>
-void two_ranks(int seconds, F body) {
+void ranks_on_threads(int world, int seconds, F body) {
   const int port = free_port();
   std::vector<std::thread> ranks;
-  for (int r = 0; r < 2; ++r)
+  for (int r = 0; r < world; ++r)
     ranks.emplace_back([&, r] {
       try {
-        body(*StoreCommunicator::connect(meeting(port, r, seconds)));
+        body(*StoreCommunicator::connect(meeting(port, r, seconds, world)));
       } catch (const std::exception& e) {
         ADD_FAILURE() << "rank " << r << ": " << e.what();
       }
     });
   for (auto& t : ranks) t.join();
+}
+
+template <typename F>
+void two_ranks(int seconds, F body) {
+  ranks_on_threads(2, seconds, body);
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -83,6 +89,23 @@ TEST(Store, TwoRanksComputeEveryCollective) {
     auto half = torch::full({3}, 1.0, torch::kBFloat16);  // summed in float32, in rank order
     comm.all_reduce_avg(half);
     EXPECT_TRUE(torch::equal(half, torch::full({3}, 1.0, torch::kBFloat16)));
+  });
+}
+
+// Every rank gets the same sum, added in float32 in rank order, whatever the order the ranks' parts
+// arrive in: three ranks' values where the order of the additions, or adding in bf16, changes the
+// result.
+TEST(Store, SumsAreAddedInFloat32InRankOrder) {
+  ranks_on_threads(3, 60, [](StoreCommunicator& comm) {
+    const float parts[3] = {1e8f, 1.0f, -1e8f};  // (1e8 + 1) - 1e8 = 0 in float32; 1e8 - 1e8 + 1 = 1
+    auto f32 = torch::full({4}, parts[comm.rank()]);
+    comm.all_reduce_sum(f32);
+    EXPECT_TRUE(torch::equal(f32, torch::zeros({4}))) << f32;
+    // bf16: 1 + 2^-8 + 2^-8 is 1 + 2^-7 in float32, a bf16 value; added in bf16 it stays 1.
+    const double bparts[3] = {1.0, std::ldexp(1.0, -8), std::ldexp(1.0, -8)};
+    auto b16 = torch::full({4}, bparts[comm.rank()], torch::kBFloat16);
+    comm.all_reduce_sum(b16);
+    EXPECT_TRUE(torch::equal(b16, torch::full({4}, 1.0 + std::ldexp(1.0, -7), torch::kBFloat16))) << b16;
   });
 }
 

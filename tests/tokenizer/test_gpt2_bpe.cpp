@@ -143,15 +143,23 @@ TEST(GPT2BPE, DecodingSplitCharactersLosesNoBytes) {
   EXPECT_EQ(joined, text);
 }
 
+// vocab.json and merges.txt as Hugging Face's tokenizers library writes them (tests/python/hf_gpt2_files.py:
+// compact JSON with characters unescaped, unlike OpenAI's encoder.json) give the same tokenizer.
 TEST(GPT2BPE, LoadsHuggingFaceFiles) {
   LLMTRAIN_REQUIRE_DATA_DIR(data);
   const std::string dir = llmtrain::fs::make_temp_dir("llmtrain_hf_tok_");
-  std::ofstream(dir + "/vocab.json") << llmtrain::fs::read_file(data + "/gpt2/encoder.json");
-  std::ofstream(dir + "/merges.txt") << llmtrain::fs::read_file(data + "/gpt2/vocab.bpe");
+  const std::string cmd = "'" + lt::test_python() + "' '" + lt::test_source_dir() + "/tests/python/hf_gpt2_files.py' '" +
+                          data + "/gpt2' '" + dir + "'";
+  ASSERT_EQ(lt::run_command(cmd), 0) << cmd;
+  EXPECT_NE(llmtrain::fs::read_file(dir + "/vocab.json"), llmtrain::fs::read_file(data + "/gpt2/encoder.json"))
+      << "the test means another serialisation of the same vocabulary";
   const auto hf = GPT2BPE::from_dir(dir), openai = GPT2BPE::from_dir(data + "/gpt2");
   llmtrain::fs::remove_tree(dir);
-  const std::string text = "Hugging Face and OpenAI files hold the same 50,257 tokens.";
-  EXPECT_EQ(hf->encode(text), openai->encode(text));
+  EXPECT_EQ(hf->vocab_size(), openai->vocab_size());
+  for (const auto& text : kHardStrings) {
+    EXPECT_EQ(hf->encode(text), openai->encode(text)) << text;
+    EXPECT_EQ(hf->decode(openai->encode(text)), text);
+  }
 }
 
 TEST(GPT2BPE, BadInputNamesTheProblem) {

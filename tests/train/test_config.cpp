@@ -133,6 +133,33 @@ TEST(TrainerConfig, DataFormatTokenizerAndSampling) {
   expect_error([] { TrainerConfig::parse(R"({"sample": {"temperature": -1}})", "a.json"); }, {"sample.temperature must be >= 0"});
 }
 
+// The GPT-2 124M reference run (scripts/gpu_check.sh converge) is llm.c's convergence reference of
+// ../shared/ENVIRONMENT.md, key by key: its figures are compared with llm.c's only while this holds.
+TEST(TrainerConfig, TheReferenceRunIsLlmcsReference) {
+  const auto c = TrainerConfig::load(llmtrain::testing::test_source_dir() + "/examples/configs/sotu_gpt2_124m.json");
+  const auto m = c.model.gpt2();
+  EXPECT_EQ(m.n_layer(), 12);
+  EXPECT_EQ(m.n_head(), 12);
+  EXPECT_EQ(m.n_embd(), 768);
+  EXPECT_EQ(m.vocab_size(), 50257);
+  EXPECT_EQ(m.block_size(), 1024);
+  EXPECT_EQ(c.train.batch_size, 16);
+  EXPECT_EQ(c.train.seq_len, 1024);
+  EXPECT_EQ(c.train.total_batch_tokens, 16 * 1024);  // one micro-step a step, as llm.c's -b 16 -t 1024
+  EXPECT_EQ(c.train.max_steps, 300);
+  EXPECT_EQ(c.train.lr, 6e-4);
+  EXPECT_EQ(c.train.warmup_steps, 30);
+  EXPECT_EQ(c.train.schedule, "constant");
+  EXPECT_EQ(c.train.beta1, 0.9);
+  EXPECT_EQ(c.train.beta2, 0.95);
+  EXPECT_EQ(c.train.weight_decay, 0.1);
+  EXPECT_EQ(c.train.grad_clip, 1.0);
+  EXPECT_EQ(c.train.precision, "bf16-master");  // llm.c: bf16 weights, fp32 master copies
+  EXPECT_EQ(c.eval.every, 100);
+  EXPECT_EQ(c.data.train, "data/sotu/train_*.bin");  // gpu_check.sh's shards of ../shared/data's split
+  EXPECT_EQ(c.data.val, "data/sotu/val_*.bin");
+}
+
 TEST(TrainerConfig, TheExampleConfigsParse) {
   const std::string dir = llmtrain::testing::test_source_dir() + "/examples/configs/";
   for (const char* name : {"sotu_gpt2_124m.json", "sotu_tiny_cpu.json", "demo_cpu.json", "demo_gpu.json"})

@@ -398,8 +398,13 @@ TEST(Trainer, ZeroShardedOptimizerTrainsAsDataParallelAndResumesExactly) {
     with_zero.push_back("train.zero=true");
     const auto p16 = run_ranks(2, run.config("plain16", bf16)), z16 = run_ranks(2, run.config("zero16", with_zero));
     for (size_t i = 0; i < p16.losses[0].size(); ++i)
-      EXPECT_NEAR(z16.losses[0][i], p16.losses[0][i], 1e-3 * std::abs(p16.losses[0][i])) << "bf16, step " << i + 1;
-    EXPECT_LT((z16.weights[0].to(torch::kFloat) - p16.weights[0].to(torch::kFloat)).abs().max().item<double>(), 2e-2);
+      EXPECT_NEAR(z16.losses[0][i], p16.losses[0][i], 5e-4) << "bf16, step " << i + 1;
+    // The fp32 sums' order differs, so the bf16 forward passes see weights a bf16 step apart and the runs
+    // drift a little (measured: weights 2.4e-4 apart at most, losses 1.2e-4). The bounds, 1e-3 for a
+    // weight (one AdamW step: about lr) and 5e-4 for a loss, are about 4x that and far below what the
+    // 20 steps move them (weights up to 2e-2, the loss 0.3).
+    const auto z = z16.weights[0].to(torch::kFloat), p = p16.weights[0].to(torch::kFloat);
+    EXPECT_LT((z - p).abs().max().item<double>(), 1e-3);
   }
 
   for (const char* precision : {"fp32", "bf16-master"}) {
