@@ -3,12 +3,12 @@
 #include "llmtrain/dist/launch.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <climits>
 #include <cstdlib>
 #include <mutex>
 #include <string>
 
+#include "env.h"
 #include "llmtrain/core/error.h"
 #include "llmtrain/dist/mpi.h"
 #include "llmtrain/dist/store.h"
@@ -16,19 +16,7 @@
 namespace llmtrain::dist {
 namespace {
 
-// The variable `name` as an integer in [min, max]; `fallback` when it is unset, an error naming it when
-// it is malformed or out of range.
-long env_long(const char* name, long fallback, long min = LONG_MIN, long max = LONG_MAX) {
-  const char* v = std::getenv(name);
-  if (!v) return fallback;
-  char* end = nullptr;
-  errno = 0;
-  const long n = std::strtol(v, &end, 10);
-  LLMTRAIN_CHECK(*v && *end == 0 && errno == 0, "the environment variable ", name, "=\"", v,
-                 "\" is not an integer");
-  LLMTRAIN_CHECK(n >= min && n <= max, "the environment variable ", name, "=", n, " is outside [", min, ", ", max, "]");
-  return n;
-}
+using detail::env_long;
 
 constexpr long kMaxRanks = 1 << 20;
 
@@ -40,13 +28,6 @@ const char* env_required(const char* name, long world) {
 }
 
 }  // namespace
-
-std::chrono::milliseconds timeout() {
-  const long s = env_long("LLMTRAIN_DIST_TIMEOUT", 600);
-  LLMTRAIN_CHECK(s > 0 && s <= 10'000'000, "LLMTRAIN_DIST_TIMEOUT is ", s,
-                 ": give the seconds a rank waits for the others, in [1, 10000000]");
-  return std::chrono::seconds(s);
-}
 
 int local_rank() {
   for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "LOCAL_RANK", "SLURM_LOCALID"})

@@ -12,7 +12,6 @@
 #include "llmtrain/config.h"
 #include "check.h"
 #include "llmtrain/core/error.h"
-#include "llmtrain/dist/nccl.h"
 
 #if LLMTRAIN_WITH_MPI
 #include <mpi.h>
@@ -131,14 +130,6 @@ void MpiCommunicator::all_gather(const torch::Tensor&, torch::Tensor&) {}
 void MpiCommunicator::broadcast(torch::Tensor&, int) {}
 void MpiCommunicator::barrier() {}
 void MpiCommunicator::abort(int code) { std::_Exit(code); }
-#endif
-
-#if !LLMTRAIN_WITH_CUDA
-std::shared_ptr<NcclCommunicator> NcclCommunicator::create(std::shared_ptr<Communicator>, torch::Device,
-                                                           std::chrono::milliseconds) {
-  LLMTRAIN_CHECK(false, "NcclCommunicator: llmtrain was built without CUDA");
-  return nullptr;
-}
 #endif
 
 }  // namespace llmtrain::dist

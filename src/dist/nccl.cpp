@@ -1,10 +1,50 @@
-// The CUDA side of NcclCommunicator (built with LLMTRAIN_CUDA). The unique id (128 bytes) travels as
-// 16 int64 over the bootstrap's broadcast. Every collective: an event on the caller's stream that the
+// NcclCommunicator. Without LLMTRAIN_CUDA, create() says so; with it, the rest of this file. The unique
+// id (128 bytes) travels as 16 int64 over the bootstrap's broadcast. Every collective: an event on the caller's stream that the
 // communicator's stream waits for, the NCCL call, and (but for the started averages) an event that
 // the caller's stream waits for in turn, so the caller sees stream order and the host never blocks.
 // A watchdog thread marks each collective's end with an event and polls them and
 // ncclCommGetAsyncError; a collective unfinished after the timeout (a rank gone or stuck) or an
 // asynchronous error ends the run, as abort() does, instead of leaving the host waiting forever.
+#include "llmtrain/dist/nccl.h"
+
+#include "llmtrain/config.h"  // LLMTRAIN_WITH_CUDA
+#include "llmtrain/core/error.h"
+
+#include <cstdlib>
+#include <utility>
+
+#if !LLMTRAIN_WITH_CUDA
+// No communicator can be made, so no other member is ever called; they are defined so that code naming
+// the class (a dynamic_cast, the tests) builds alike with and without CUDA.
+namespace llmtrain::dist {
+namespace {
+
+[[noreturn]] void no_cuda() { throw Error("NcclCommunicator: llmtrain was built without CUDA"); }
+
+}  // namespace
+
+struct NcclCommunicator::State {};
+
+std::shared_ptr<NcclCommunicator> NcclCommunicator::create(std::shared_ptr<Communicator>, torch::Device,
+                                                           std::chrono::milliseconds) {
+  no_cuda();
+}
+NcclCommunicator::NcclCommunicator(int rank, int size, std::unique_ptr<State> state)
+    : rank_(rank), size_(size), s_(std::move(state)) {}
+NcclCommunicator::~NcclCommunicator() = default;
+void NcclCommunicator::all_reduce_sum(torch::Tensor&) { no_cuda(); }
+void NcclCommunicator::all_reduce_avg(torch::Tensor&) { no_cuda(); }
+void NcclCommunicator::reduce_scatter_sum(const torch::Tensor&, torch::Tensor&) { no_cuda(); }
+void NcclCommunicator::all_gather(const torch::Tensor&, torch::Tensor&) { no_cuda(); }
+void NcclCommunicator::broadcast(torch::Tensor&, int) { no_cuda(); }
+void NcclCommunicator::barrier() { no_cuda(); }
+void NcclCommunicator::start_all_reduce_avg(torch::Tensor&) { no_cuda(); }
+void NcclCommunicator::start_reduce_scatter_avg(const torch::Tensor&, torch::Tensor&) { no_cuda(); }
+void NcclCommunicator::wait() { no_cuda(); }
+void NcclCommunicator::abort(int code) { std::_Exit(code); }
+
+}  // namespace llmtrain::dist
+#else
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -20,8 +60,6 @@
 #include <thread>
 
 #include "check.h"
-#include "llmtrain/core/error.h"
-#include "llmtrain/dist/nccl.h"
 
 namespace llmtrain::dist {
 namespace {
@@ -293,3 +331,4 @@ void NcclCommunicator::abort(int code) {
 }
 
 }  // namespace llmtrain::dist
+#endif  // LLMTRAIN_WITH_CUDA

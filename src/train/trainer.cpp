@@ -560,9 +560,7 @@ Trainer::Trainer(TrainerConfig config, std::shared_ptr<dist::Communicator> comm)
   d.device = resolve_device(c.device);
   if (d.comm && d.device.is_cuda()) {  // a GPU a rank; the ranks' gradients travel over NCCL
     d.device = torch::Device(torch::kCUDA, int8_t(dist::local_rank() % int(torch::cuda::device_count())));
-#if LLMTRAIN_WITH_CUDA  // without CUDA the class has no type information, and create() says why it fails
     if (!std::dynamic_pointer_cast<dist::NcclCommunicator>(d.comm))
-#endif
       d.comm = dist::NcclCommunicator::create(d.comm, d.device);  // makes it the current device
   }
   LLMTRAIN_CHECK(!c.data.train.empty(), "data.train is empty: give a glob of training shards or an SFT JSONL file");

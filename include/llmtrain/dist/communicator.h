@@ -8,6 +8,7 @@
 
 #include <torch/types.h>
 
+#include <chrono>
 #include <cstdlib>
 
 namespace llmtrain::dist {
@@ -56,5 +57,10 @@ inline void Communicator::all_reduce_avg(torch::Tensor& tensor) {
 }
 
 inline void Communicator::abort(int code) { std::_Exit(code); }
+
+/// How long a rank waits for the others in one collective or rendezvous before it gives up with an
+/// error: LLMTRAIN_DIST_TIMEOUT seconds, 600 when unset. Throws llmtrain::Error when it is not a
+/// positive number.
+std::chrono::milliseconds timeout();
 
 }  // namespace llmtrain::dist

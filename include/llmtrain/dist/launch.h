@@ -2,7 +2,6 @@
 // as srun), a torchrun-style one (RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT), or none.
 #pragma once
 
-#include <chrono>
 #include <memory>
 
 #include "llmtrain/dist/communicator.h"
@@ -21,10 +20,5 @@ std::shared_ptr<Communicator> from_environment();
 /// This process's rank among those on its node (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID,
 /// LOCAL_RANK, SLURM_LOCALID; 0 when none is set): which GPU a rank takes.
 int local_rank();
-
-/// How long a rank waits for the others in one collective or rendezvous before it gives up with an
-/// error: LLMTRAIN_DIST_TIMEOUT seconds, 600 when unset. Throws llmtrain::Error when it is not a
-/// positive number.
-std::chrono::milliseconds timeout();
 
 }  // namespace llmtrain::dist

@@ -11,7 +11,6 @@
 #include <memory>
 
 #include "llmtrain/dist/communicator.h"
-#include "llmtrain/dist/launch.h"
 
 namespace llmtrain::dist {
 
