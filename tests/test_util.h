@@ -9,6 +9,7 @@
 
 #include <dirent.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <functional>
 #include <map>
@@ -45,6 +46,20 @@ inline std::map<std::string, std::string> files_under(const std::string& dir, co
       out[path] = llmtrain::fs::read_file(dir + path);
     }
   }
+  return out;
+}
+
+/// The State of the Union corpus' files in `data`/sotu (the shared data folder), sorted, as full paths.
+inline std::vector<std::string> sotu_files(const std::string& data) {
+  std::vector<std::string> out;
+  if (DIR* d = ::opendir((data + "/sotu").c_str())) {
+    while (const dirent* e = ::readdir(d)) {
+      const std::string name = e->d_name;
+      if (name.size() > 4 && name.compare(name.size() - 4, 4, ".txt") == 0) out.push_back(data + "/sotu/" + name);
+    }
+    ::closedir(d);
+  }
+  std::sort(out.begin(), out.end());
   return out;
 }
 

@@ -1,17 +1,18 @@
 // NcclCommunicator. Without LLMTRAIN_CUDA, create() says so; with it, the rest of this file. The unique
-// id (128 bytes) travels as 16 int64 over the bootstrap's broadcast. Every collective: an event on the caller's stream that the
-// communicator's stream waits for, the NCCL call, and (but for the started averages) an event that
-// the caller's stream waits for in turn, so the caller sees stream order and the host never blocks.
+// id (128 bytes) travels as 16 int64 over the bootstrap's broadcast. Every collective: an event on the
+// caller's stream that the communicator's stream waits for, the NCCL call, and (but for the started
+// averages) an event that the caller's stream waits for in turn, so the caller sees stream order and
+// the host never blocks.
 // A watchdog thread marks each collective's end with an event and polls them and
 // ncclCommGetAsyncError; a collective unfinished after the timeout (a rank gone or stuck) or an
 // asynchronous error ends the run, as abort() does, instead of leaving the host waiting forever.
 #include "llmtrain/dist/nccl.h"
 
-#include "llmtrain/config.h"  // LLMTRAIN_WITH_CUDA
-#include "llmtrain/core/error.h"
-
 #include <cstdlib>
 #include <utility>
+
+#include "llmtrain/config.h"  // LLMTRAIN_WITH_CUDA
+#include "llmtrain/core/error.h"
 
 #if !LLMTRAIN_WITH_CUDA
 // No communicator can be made, so no other member is ever called; they are defined so that code naming

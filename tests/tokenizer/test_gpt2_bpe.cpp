@@ -2,7 +2,6 @@
 // strings and the whole State of the Union corpus, plus specials, decoding and bad input.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <dirent.h>
 
 #include <algorithm>
 #include <fstream>
@@ -58,23 +57,15 @@ TEST(GPT2BPE, MatchesTiktokenOnHardStrings) {
 TEST(GPT2BPE, MatchesTiktokenOnTheWholeCorpus) {
   LLMTRAIN_REQUIRE_DATA_DIR(data);
   const auto tok = GPT2BPE::from_dir(data + "/gpt2");
-  std::vector<std::string> names;
-  DIR* d = ::opendir((data + "/sotu").c_str());
-  ASSERT_NE(d, nullptr) << data << "/sotu";
-  while (const dirent* e = ::readdir(d)) {
-    const std::string name = e->d_name;
-    if (name.size() > 4 && name.substr(name.size() - 4) == ".txt") names.push_back(name);
-  }
-  ::closedir(d);
-  std::sort(names.begin(), names.end());
-  ASSERT_EQ(names.size(), 233u);
+  const auto files = lt::sotu_files(data);
+  ASSERT_EQ(files.size(), 233u);
   std::vector<std::string> texts;
-  for (const auto& n : names) texts.push_back(llmtrain::fs::read_file(data + "/sotu/" + n));
+  for (const auto& f : files) texts.push_back(llmtrain::fs::read_file(f));
   const auto expected = tiktoken_ids(data, texts);
   int64_t tokens = 0;
   for (size_t i = 0; i < texts.size(); ++i) {
     const auto ids = tok->encode(texts[i]);
-    ASSERT_EQ(ids, expected[i]) << names[i];
+    ASSERT_EQ(ids, expected[i]) << files[i];
     tokens += int64_t(ids.size());
   }
   EXPECT_GT(tokens, 2000000);

@@ -4,8 +4,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <dirent.h>
-
 #include <algorithm>
 #include <fstream>
 #include <iostream>
@@ -196,13 +194,7 @@ TEST(SentencePiece, PrintedTextIsAlwaysValidUtf8) {
 TEST(SentencePiece, MatchesTheSentencePieceLibrary) {
   LLMTRAIN_REQUIRE_DATA_DIR(data);
   const std::string dir = llmtrain::fs::make_temp_dir("llmtrain_sp_peer_");
-  std::vector<std::string> files;
-  if (DIR* d = ::opendir((data + "/sotu").c_str())) {
-    while (const dirent* e = ::readdir(d))
-      if (e->d_name[0] != '.') files.push_back(data + "/sotu/" + e->d_name);
-    ::closedir(d);
-  }
-  std::sort(files.begin(), files.end());
+  const auto files = lt::sotu_files(data);
   ASSERT_GT(files.size(), 100u);
   std::vector<std::string> train_files, texts = {
       "double  spaces", " leading space", "trailing space ", "  both  ", "\ttabs\tinside\t", "new\nlines\n\n",
