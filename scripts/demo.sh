@@ -38,8 +38,24 @@ fi
 bytes=$(cat "${files[@]}" | wc -c)
 say "corpus: ${#files[@]} files, $((bytes / 1024)) KiB from ${CORPUS:-the fortunes package}"
 
-# A fresh run folder each time; the previous demo is kept once as runs/demo.previous.
-if [ -d "$out" ]; then rm -rf "$out.previous" && mv "$out" "$out.previous"; fi
+# A fresh run folder each time; the previous demo is kept once as $out.previous. Only folders a demo
+# wrote (its model folder carries llmtrain's .llmtrain marker, or it holds nothing but the demo's
+# tokenizer/, data/ and model/ of a run stopped early) are moved or removed.
+is_demo() {
+  [ -f "$1/model/.llmtrain" ] && return 0
+  local name
+  for name in $(ls -A "$1"); do
+    case $name in tokenizer | data | model) ;; *) return 1 ;; esac
+  done
+}
+if [ -e "$out" ]; then
+  is_demo "$out" || { echo "[demo] error: $out exists and is not a demo's folder; set DEMO_OUT to another" >&2; exit 1; }
+  if [ -e "$out.previous" ]; then
+    is_demo "$out.previous" || { echo "[demo] error: $out.previous exists and is not a demo's folder" >&2; exit 1; }
+    rm -rf "$out.previous"
+  fi
+  mv "$out" "$out.previous"
+fi
 mkdir -p "$out"
 
 # ---- Tokenizer and shards -----------------------------------------------------------------------
