@@ -1,7 +1,7 @@
 // prepare_data: text files, folders or JSONL into train/val token shards (llm.c's format).
 //   build/bin/prepare_data --tokenizer gpt2 --vocab-dir $LLMTRAIN_DATA_DIR/gpt2 --out data/sotu --val-files ../shared/data/sotu/201*.txt -- ../shared/data/sotu
 #include <CLI/CLI.hpp>
-#include <llmtrain/llmtrain.h>
+#include <llmtrain/text.h>
 #include <unistd.h>
 
 #include <cstdio>

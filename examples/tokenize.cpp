@@ -2,8 +2,9 @@
 //   echo "Hello world" | build/bin/tokenize --vocab-dir ../shared/data/gpt2        # [15496, 995, 198]
 //   echo "[15496, 995]" | build/bin/tokenize --vocab-dir ../shared/data/gpt2 --decode
 #include <CLI/CLI.hpp>
-#include <llmtrain/llmtrain.h>
+#include <llmtrain/text.h>
 
+#include <charconv>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -39,9 +40,17 @@ int main(int argc, char** argv) {
       std::fwrite(text.data(), 1, text.size(), stdout);
     } else {
       const std::vector<int32_t> ids = tok->encode(input, allow_special);
-      std::string line = "[";
-      for (size_t i = 0; i < ids.size(); ++i) line += (i ? "," : "") + std::to_string(ids[i]);
-      std::printf("%s]\n", line.c_str());
+      // Written with to_chars into one buffer: on a large corpus, formatting is a fair part of the run.
+      std::string line(ids.size() * 12 + 3, '\0');
+      char* p = line.data();
+      *p++ = '[';
+      for (size_t i = 0; i < ids.size(); ++i) {
+        if (i) *p++ = ',';
+        p = std::to_chars(p, line.data() + line.size(), ids[i]).ptr;
+      }
+      *p++ = ']';
+      *p++ = '\n';
+      std::fwrite(line.data(), 1, size_t(p - line.data()), stdout);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tokenize: %s\n", llmtrain::describe(e).c_str());

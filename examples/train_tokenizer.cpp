@@ -2,7 +2,7 @@
 // tokenizes them.
 //   build/bin/train_tokenizer --model-type bpe --vocab-size 8000 --out tok/sp corpus/*.txt
 #include <CLI/CLI.hpp>
-#include <llmtrain/llmtrain.h>
+#include <llmtrain/text.h>
 
 #include <chrono>
 #include <cstdio>

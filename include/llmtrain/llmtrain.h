@@ -1,16 +1,11 @@
 // Everything public in llmtrain, for programs that would rather include one header.
+#include "llmtrain/text.h"
 #pragma once
 
-#include "llmtrain/config.h"
 #include "llmtrain/core/cuda_check.h"
-#include "llmtrain/core/error.h"
-#include "llmtrain/core/fs.h"
 #include "llmtrain/core/host_copy.h"
-#include "llmtrain/core/types.h"
 #include "llmtrain/data/dataloader.h"
-#include "llmtrain/data/prepare.h"
 #include "llmtrain/data/sft.h"
-#include "llmtrain/data/shard.h"
 #include "llmtrain/dist/communicator.h"
 #include "llmtrain/dist/data_parallel.h"
 #include "llmtrain/dist/launch.h"
@@ -33,9 +28,6 @@
 #include "llmtrain/ops/mlp.h"
 #include "llmtrain/optim/optimizer.h"
 #include "llmtrain/optim/schedule.h"
-#include "llmtrain/tokenizer/gpt2_bpe.h"
-#include "llmtrain/tokenizer/sentencepiece.h"
-#include "llmtrain/tokenizer/tokenizer.h"
 #include "llmtrain/train/config.h"
 #include "llmtrain/train/graphed_step.h"
 #include "llmtrain/train/plot.h"

@@ -1,17 +1,18 @@
-// llmtrain::describe, apart from error.cpp: it alone of core/error needs LibTorch (c10::Error).
+// LibTorch's part of llmtrain::describe: c10::Error said without its C++ backtrace. llmtrain::text has
+// describe() itself and no LibTorch, so libllmtrain hands it this when it loads.
 #include <c10/util/Exception.h>
-
-#include <new>
 
 #include "llmtrain/core/error.h"
 
-namespace llmtrain {
+namespace llmtrain::detail {
+namespace {
 
-std::string describe(const std::exception& e) {
+std::optional<std::string> describe_c10(const std::exception& e) {
   if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) return c10->what_without_backtrace();
-  if (dynamic_cast<const std::bad_alloc*>(&e))
-    return std::string("out of memory: an allocation failed (") + e.what() + "); use a smaller model or batch";
-  return e.what();
+  return std::nullopt;
 }
 
-}  // namespace llmtrain
+const bool registered = (set_library_describer(&describe_c10), true);
+
+}  // namespace
+}  // namespace llmtrain::detail

@@ -1,5 +1,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <c10/util/Exception.h>
+
+#include <new>
 
 #include "llmtrain/config.h"
 #include "llmtrain/core/cuda_check.h"
@@ -15,6 +18,18 @@ TEST(Error, CheckThrowsErrorWithTheMessageParts) {
   } catch (const llmtrain::Error& e) {
     EXPECT_STREQ(e.what(), "n_embd 100 is not divisible by n_head 3");
   }
+}
+
+// describe() lives in llmtrain::text, without LibTorch; libllmtrain teaches it c10::Error when it loads.
+TEST(Error, DescribeSaysLibTorchErrorsWithoutTheirBacktraceAndNamesOutOfMemory) {
+  try {
+    TORCH_CHECK(false, "a LibTorch check failed");
+  } catch (const c10::Error& e) {
+    EXPECT_THAT(std::string(e.what()), HasSubstr("Exception raised from"));
+    EXPECT_EQ(llmtrain::describe(e), "a LibTorch check failed");
+  }
+  EXPECT_THAT(llmtrain::describe(std::bad_alloc()), HasSubstr("out of memory"));
+  EXPECT_EQ(llmtrain::describe(llmtrain::Error("plain")), "plain");
 }
 
 TEST(Error, CheckPassesWhenTrueAndEvaluatesOnce) {

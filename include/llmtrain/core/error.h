@@ -3,6 +3,7 @@
 // exits the process. Internal invariants use TORCH_INTERNAL_ASSERT instead.
 #pragma once
 
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -31,6 +32,11 @@ std::string str_cat(const Args&... args) {
 }
 
 [[noreturn]] void throw_error(const std::string& message);
+
+/// How describe() says the errors of a library below llmtrain (nullopt: not one of its own). libllmtrain
+/// sets LibTorch's when it loads; llmtrain::text alone has none.
+using LibraryDescriber = std::optional<std::string> (*)(const std::exception&);
+void set_library_describer(LibraryDescriber describer);
 
 }  // namespace detail
 }  // namespace llmtrain
