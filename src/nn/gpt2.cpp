@@ -229,7 +229,7 @@ torch::Tensor GPT2Impl::padded_logits(const torch::Tensor& idx, const torch::Ten
     LLMTRAIN_CHECK(targets.scalar_type() == torch::kLong, "GPT2: targets must be int64, got ",
                    targets.scalar_type());
     ids.check(targets, "targets", cfg.vocab_size(), kIgnoreIndex);
-    if (!ops::cuda_kernel_enabled("cross_entropy")) ids.raise();  // ATen's loss asserts on a bad id, on the device
+    if (!ops::cuda_kernel_enabled(ops::Kernel::kCrossEntropy)) ids.raise();  // ATen's loss asserts on a bad id, on the device
   }
   if (position_ids.defined()) {
     LLMTRAIN_CHECK(position_ids.sizes() == idx.sizes() && position_ids.scalar_type() == torch::kLong &&

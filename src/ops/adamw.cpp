@@ -5,12 +5,12 @@
 
 #include <cmath>
 
-#include "../../kernels/common/rounding.h"
+#include "kernels/common/rounding.h"
 #include "llmtrain/config.h"
 #include "llmtrain/core/error.h"
 #include "llmtrain/ops/dispatch.h"
 #if LLMTRAIN_WITH_CUDA
-#include "cuda_ops.h"
+#include "adamw_cuda.h"
 #endif
 
 namespace llmtrain::ops {
@@ -57,7 +57,7 @@ uint64_t round_key(const AdamWHyper& h, size_t index) {
 at::Tensor grad_norm_scale(const std::vector<at::Tensor>& grads, double inv_scale, double max_norm) {
   check_grads(grads);
 #if LLMTRAIN_WITH_CUDA
-  if (cuda_kernel_enabled("adamw") && grads[0].is_cuda()) return cuda::grad_norm_scale(grads, inv_scale, max_norm);
+  if (cuda_kernel_enabled(Kernel::kAdamW) && grads[0].is_cuda()) return cuda::grad_norm_scale(grads, inv_scale, max_norm);
 #endif
   std::vector<at::Tensor> norms;
   for (const auto& g : grads) norms.push_back(g.to(at::kFloat).norm());
@@ -107,7 +107,7 @@ void adamw_step(const std::vector<at::Tensor>& masters, const std::vector<at::Te
   }
   if (n == 0) return;
 #if LLMTRAIN_WITH_CUDA
-  if (cuda_kernel_enabled("adamw") && masters[0].is_cuda())
+  if (cuda_kernel_enabled(Kernel::kAdamW) && masters[0].is_cuda())
     return cuda::adamw_step(masters, grads, exp_avgs, exp_avg_sqs, params, weight_decays, h, norm_scale);
 #endif
   const at::Tensor factor = norm_scale[1];

@@ -6,8 +6,8 @@
 
 #include <cstring>
 
-#include "../../kernels/adamw.cuh"
-#include "cuda_ops.h"
+#include "kernels/adamw.cuh"
+#include "adamw_cuda.h"
 #include "llmtrain/core/cuda_check.h"
 #include "llmtrain/core/error.h"
 

@@ -7,7 +7,7 @@
 #include "llmtrain/core/error.h"
 #include "llmtrain/ops/dispatch.h"
 #if LLMTRAIN_WITH_CUDA
-#include "cuda_ops.h"
+#include "attention_cuda.h"
 #endif
 
 namespace llmtrain::ops {
@@ -60,7 +60,7 @@ at::Tensor decode_attention(const at::Tensor& qkv, const at::Tensor& k_cache, co
   LLMTRAIN_CHECK(!at::GradMode::is_enabled() || !qkv.requires_grad(),
                  "decode_attention has no backward; call it under torch::NoGradGuard");
 #if LLMTRAIN_WITH_CUDA
-  if (cuda_kernel_enabled("decode_attention") && cuda::decode_attention_supported(qkv, k_cache, v_cache))
+  if (cuda_kernel_enabled(Kernel::kDecodeAttention) && cuda::decode_attention_supported(qkv, k_cache, v_cache))
     return cuda::decode_attention(qkv, k_cache, v_cache, positions);
 #endif
   if (!positions.is_cuda() && B > 0) {

@@ -6,7 +6,7 @@
 #include "llmtrain/core/error.h"
 #include "llmtrain/ops/dispatch.h"
 #if LLMTRAIN_WITH_CUDA
-#include "cuda_ops.h"
+#include "cross_entropy_cuda.h"
 #endif
 
 namespace llmtrain::ops {
@@ -22,7 +22,7 @@ at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& targets, in
   LLMTRAIN_CHECK(num_classes >= 1 && num_classes <= logits.size(1), "cross_entropy: num_classes ", num_classes,
                  " must lie in [1, ", logits.size(1), "] for logits ", logits.sizes());
 #if LLMTRAIN_WITH_CUDA
-  if (cuda_kernel_enabled("cross_entropy") && cuda::cross_entropy_supported(logits))
+  if (cuda_kernel_enabled(Kernel::kCrossEntropy) && cuda::cross_entropy_supported(logits))
     return cuda::cross_entropy(logits, targets, ignore_index, num_classes, overwrite_logits);
 #endif
   const bool reduced = logits.scalar_type() == at::kHalf || logits.scalar_type() == at::kBFloat16;

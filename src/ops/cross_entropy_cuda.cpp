@@ -4,8 +4,8 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <torch/autograd.h>
 
-#include "../../kernels/cross_entropy.cuh"
-#include "cuda_ops.h"
+#include "kernels/cross_entropy.cuh"
+#include "cross_entropy_cuda.h"
 #include "llmtrain/core/cuda_check.h"
 #include "llmtrain/core/error.h"
 

@@ -11,7 +11,7 @@
 #include "llmtrain/core/error.h"
 #include "llmtrain/ops/dispatch.h"
 #if LLMTRAIN_WITH_CUDA
-#include "cuda_ops.h"
+#include "embedding_cuda.h"
 #endif
 
 namespace llmtrain::ops {
@@ -136,7 +136,7 @@ at::Tensor embedding(const at::Tensor& idx, const at::Tensor& wte, const at::Ten
   LLMTRAIN_CHECK(idx.device() == wte.device() && wpe.device() == wte.device(), "embedding: idx is on ", idx.device(),
                  ", wte on ", wte.device(), " and wpe on ", wpe.device());
 #if LLMTRAIN_WITH_CUDA
-  if (!each && cuda_kernel_enabled("embedding") && cuda::embedding_supported(idx, wte, wpe)) {
+  if (!each && cuda_kernel_enabled(Kernel::kEmbedding) && cuda::embedding_supported(idx, wte, wpe)) {
     auto& record = check.record_on(idx.device());
     return cuda::embedding(idx, wte, wpe, start, num_ids, record, check.impl_->tag("idx", idx, num_ids, std::nullopt));
   }

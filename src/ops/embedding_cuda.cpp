@@ -8,8 +8,8 @@
 
 #include <cstring>
 
-#include "../../kernels/embedding.cuh"
-#include "cuda_ops.h"
+#include "kernels/embedding.cuh"
+#include "embedding_cuda.h"
 #include "llmtrain/core/cuda_check.h"
 #include "llmtrain/core/error.h"
 

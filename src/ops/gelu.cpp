@@ -5,14 +5,14 @@
 #include "llmtrain/config.h"
 #include "llmtrain/ops/dispatch.h"
 #if LLMTRAIN_WITH_CUDA
-#include "cuda_ops.h"
+#include "gelu_cuda.h"
 #endif
 
 namespace llmtrain::ops {
 
 at::Tensor gelu(const at::Tensor& x) {
 #if LLMTRAIN_WITH_CUDA
-  if (cuda_kernel_enabled("gelu") && cuda::gelu_supported(x)) return cuda::gelu(x);
+  if (cuda_kernel_enabled(Kernel::kGelu) && cuda::gelu_supported(x)) return cuda::gelu(x);
 #endif
   return at::gelu(x, "tanh");
 }

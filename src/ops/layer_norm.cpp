@@ -7,7 +7,7 @@
 #include "llmtrain/core/error.h"
 #include "llmtrain/ops/dispatch.h"
 #if LLMTRAIN_WITH_CUDA
-#include "cuda_ops.h"
+#include "layer_norm_cuda.h"
 #endif
 
 namespace llmtrain::ops {
@@ -48,7 +48,7 @@ std::pair<at::Tensor, at::Tensor> add_layer_norm(const at::Tensor& x, const at::
     d = d.to(t);
   }
 #if LLMTRAIN_WITH_CUDA
-  if (cuda_kernel_enabled("layer_norm")) {
+  if (cuda_kernel_enabled(Kernel::kLayerNorm)) {
     if (!d.defined()) {
       const at::Tensor xi = autocast_upcasts(x) ? x.to(at::kFloat) : x;
       if (cuda::layer_norm_supported(xi, weight, bias)) return {x, cuda::add_layer_norm(xi, d, weight, bias, eps).second};

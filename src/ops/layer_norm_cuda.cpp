@@ -5,8 +5,8 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <torch/autograd.h>
 
-#include "../../kernels/layer_norm.cuh"
-#include "cuda_ops.h"
+#include "kernels/layer_norm.cuh"
+#include "layer_norm_cuda.h"
 #include "llmtrain/core/cuda_check.h"
 #include "llmtrain/core/error.h"
 

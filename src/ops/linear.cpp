@@ -9,7 +9,7 @@
 #include "llmtrain/ops/gelu.h"
 #include "llmtrain/ops/layer_norm.h"
 #if LLMTRAIN_WITH_CUDA
-#include "cuda_ops.h"
+#include "linear_cuda.h"
 #endif
 
 namespace llmtrain::ops {
@@ -30,7 +30,7 @@ void check_layer(const char* what, const at::Tensor& x, const at::Tensor& weight
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   check_layer("linear", x, weight, bias);
 #if LLMTRAIN_WITH_CUDA
-  if (bias.defined() && cuda_kernel_enabled("linear")) {
+  if (bias.defined() && cuda_kernel_enabled(Kernel::kLinear)) {
     const auto t = detail::autocast_like_linear({x, weight, bias});
     if (cuda::linear_supported(t[0], t[1], t[2])) return cuda::linear(t[0], t[1], t[2]);
   }
@@ -48,7 +48,7 @@ std::pair<at::Tensor, at::Tensor> norm_linear(const at::Tensor& x, const at::Ten
                  "norm_linear has no backward; call it under torch::NoGradGuard");
 #if LLMTRAIN_WITH_CUDA
   const bool autocast = at::autocast::is_autocast_enabled(at::kCUDA);
-  if (x.is_cuda() && !autocast && cuda_kernel_enabled("gemv") && ln_weight.dim() == 1 &&
+  if (x.is_cuda() && !autocast && cuda_kernel_enabled(Kernel::kGemv) && ln_weight.dim() == 1 &&
       ln_weight.size(0) == x.size(-1) && ln_bias.sizes() == ln_weight.sizes() &&
       (!delta.defined() || delta.sizes() == x.sizes())) {
     at::Tensor h, y;
@@ -58,7 +58,7 @@ std::pair<at::Tensor, at::Tensor> norm_linear(const at::Tensor& x, const at::Ten
   auto [h, a] = add_layer_norm(x, delta, ln_weight, ln_bias, eps);
   if (!gelu) return {h, linear(a, weight, bias)};
 #if LLMTRAIN_WITH_CUDA
-  if (!autocast && bias.defined() && cuda_kernel_enabled("linear") && cuda::linear_supported(a, weight, bias)) {
+  if (!autocast && bias.defined() && cuda_kernel_enabled(Kernel::kLinear) && cuda::linear_supported(a, weight, bias)) {
     at::Tensor y;
     if (cuda::linear_gelu_forward(a, weight, bias, y)) return {h, y};
   }

@@ -11,8 +11,8 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <torch/autograd.h>
 
-#include "../../kernels/gemv.cuh"
-#include "cuda_ops.h"
+#include "kernels/gemv.cuh"
+#include "linear_cuda.h"
 #include "llmtrain/core/cuda_check.h"
 #include "llmtrain/core/error.h"
 #include "llmtrain/ops/dispatch.h"
@@ -146,7 +146,7 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
   // ATen's addmm adds it in a pass of its own for a single row, the decode step's shape at batch 1.
   if (!at::GradMode::is_enabled() || !(x.requires_grad() || weight.requires_grad() || bias.requires_grad())) {
     at::Tensor y, x_again;
-    if (cuda_kernel_enabled("gemv") && gemv(x, {}, {}, {}, 0.0, weight, bias, false, x_again, y)) return y;
+    if (cuda_kernel_enabled(Kernel::kGemv) && gemv(x, {}, {}, {}, 0.0, weight, bias, false, x_again, y)) return y;
     if (forward_product(packed(x), packed(weight), packed(bias), kernels::Epilogue::kBias, y)) return y;
   }
   return LinearFn::apply(x, weight, bias);

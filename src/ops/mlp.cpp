@@ -10,7 +10,7 @@
 #include "llmtrain/ops/gelu.h"
 #include "llmtrain/ops/linear.h"
 #if LLMTRAIN_WITH_CUDA
-#include "cuda_ops.h"
+#include "linear_cuda.h"
 #endif
 
 namespace llmtrain::ops {
@@ -36,7 +36,7 @@ at::Tensor mlp(const at::Tensor& x, const at::Tensor& fc_weight, const at::Tenso
   const bool no_grad = !at::GradMode::is_enabled() || !(x.requires_grad() || fc_weight.requires_grad() ||
                                                          fc_bias.requires_grad() || proj_weight.requires_grad() ||
                                                          proj_bias.requires_grad());
-  if (cuda_kernel_enabled("mlp") || (no_grad && cuda_kernel_enabled("linear"))) {
+  if (cuda_kernel_enabled(Kernel::kMlp) || (no_grad && cuda_kernel_enabled(Kernel::kLinear))) {
     const auto t = detail::autocast_like_linear({x, fc_weight, fc_bias, proj_weight, proj_bias});
     if (cuda::linear_supported(t[0], t[1], t[2]) && cuda::linear_supported(t[0], t[3], t[4]))
       return cuda::mlp(t[0], t[1], t[2], t[3], t[4]);

@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
-#include "cuda_ops.h"
+#include "linear_cuda.h"
 #include "llmtrain/core/error.h"
 
 namespace llmtrain::ops::cuda {

@@ -4,6 +4,7 @@
 
 #include "../core/json.h"
 #include "llmtrain/core/error.h"
+#include "llmtrain/core/fs.h"
 #include "llmtrain/optim/options.h"
 
 namespace llmtrain::train::detail {
@@ -76,6 +77,21 @@ CheckpointState CheckpointState::parse(const std::string& text, const std::strin
   s.shard = loader.integer("shard", 0, INT64_MAX);
   s.position = loader.integer("position", 0, INT64_MAX);
   return s;
+}
+
+CheckpointState CheckpointState::read(const std::string& dir) {
+  return parse(fs::read_file(dir + "/state.json", uint64_t(64) << 20), "checkpoint " + dir + "/state.json");
+}
+
+bool same_shape(const nn::GPT2Config& a, const nn::GPT2Config& b) {
+  return a.vocab_size() == b.vocab_size() && a.block_size() == b.block_size() && a.n_layer() == b.n_layer() &&
+         a.n_head() == b.n_head() && a.n_embd() == b.n_embd();
+}
+
+std::string shape_text(const nn::GPT2Config& c) {
+  return "vocab_size " + std::to_string(c.vocab_size()) + ", block_size " + std::to_string(c.block_size()) +
+         ", n_layer " + std::to_string(c.n_layer()) + ", n_head " + std::to_string(c.n_head()) + ", n_embd " +
+         std::to_string(c.n_embd());
 }
 
 }  // namespace llmtrain::train::detail

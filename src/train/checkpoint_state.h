@@ -26,6 +26,12 @@ struct CheckpointState {
   /// Throws llmtrain::Error naming `source` and the key for text that is not an llmtrain checkpoint
   /// state of this version or a field of the wrong type or range.
   static CheckpointState parse(const std::string& text, const std::string& source);
+  /// The state.json of checkpoint folder `dir`, checked whole.
+  static CheckpointState read(const std::string& dir);
 };
+
+/// Whether two GPT-2 configs have the same shape (their tensors fit each other), and that shape said.
+bool same_shape(const nn::GPT2Config& a, const nn::GPT2Config& b);
+std::string shape_text(const nn::GPT2Config& c);
 
 }  // namespace llmtrain::train::detail

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -165,4 +166,35 @@ TEST(Programs, FromTextToATrainedModelSamplesConversionsAndAFineTune) {
   expect_ok(tuned_more, "finetune_gpt2 --resume");
   EXPECT_THAT(tuned_more.output, HasSubstr("resumed from " + ft_dir + "/checkpoints/step_00000003"));
   EXPECT_THAT(tuned_more.output, HasSubstr("done at step 5"));
+}
+
+// examples/train_loop.cpp, the loop written out from the library's parts: it learns, logs each step in
+// metrics.jsonl, and leaves a model that generate_gpt2 reads; run again, it starts its folder afresh.
+TEST(Programs, TheWrittenOutTrainLoopLearnsAndItsModelGenerates) {
+  llmtrain::testing::TempDir t;
+  const std::string corpus = t.path + "/corpus.txt", model = t.path + "/tok/sp.model", out = t.path + "/loop";
+  std::ofstream(corpus) << corpus_text();
+  expect_ok(run({"train_tokenizer", "--vocab-size", "300", "--out", t.path + "/tok/sp", corpus}), "train_tokenizer");
+  expect_ok(run({"prepare_data", "--tokenizer", "sentencepiece", "--model", model, "--doc-separator", "%", "--out",
+                 t.path + "/data", corpus}),
+            "prepare_data");
+  const std::vector<std::string> loop = {"train_loop", "--train", t.path + "/data/train_*.bin", "--out", out,
+                                         "--steps", "40", "--batch", "8", "--seq", "32", "--lr", "3e-3"};
+  for (int pass = 0; pass < 2; ++pass) {
+    const auto o = run(loop, {{"CUDA_VISIBLE_DEVICES", ""}});
+    expect_ok(o, "train_loop");
+    EXPECT_THAT(o.output, HasSubstr("trained 40 steps"));
+  }
+  std::vector<double> losses;
+  std::istringstream metrics(fs::read_file(out + "/metrics.jsonl"));
+  for (std::string line; std::getline(metrics, line);) losses.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+  ASSERT_EQ(losses.size(), 40u);  // a line a step, the first pass's gone
+  EXPECT_GT(losses[0], 10.0);      // ln(50257): a fresh model
+  EXPECT_LT(losses[39], losses[0] - 4.0) << "40 steps on a 300-id corpus";
+  EXPECT_TRUE(fs::exists(out + "/loss.svg"));
+  const auto gen = run({"generate_gpt2", "--checkpoint", out + "/model", "--prompt-ids", "[5, 9, 12]",
+                        "--max-new-tokens", "4", "--temperature", "0", "--format", "ids", "--stop-ids", "[]",
+                        "--device", "cpu"});
+  expect_ok(gen, "generate_gpt2 --checkpoint " + out + "/model");
+  EXPECT_EQ(ids_of(gen).size(), 4u);
 }

@@ -26,9 +26,6 @@ inline void check_cublas(int code, const char* expr, const char* file, int line)
 #define LLMTRAIN_CUDA_CHECK(expr) \
   ::llmtrain::detail::check_cuda(static_cast<int>(expr), #expr, __FILE__, __LINE__)
 
-/// The same after a kernel launch, which reports its errors through cudaGetLastError().
-#define LLMTRAIN_CUDA_CHECK_LAUNCH() LLMTRAIN_CUDA_CHECK(cudaGetLastError())
-
 /// Throws llmtrain::Error naming the cuBLAS status, the call and the place:
 ///   LLMTRAIN_CUBLAS_CHECK(kernels::launch_matmul(handle, args, ws, ws_bytes, stream));
 #define LLMTRAIN_CUBLAS_CHECK(expr) \

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "llmtrain/nn/causal_lm.h"
 #include "llmtrain/nn/gpt2_config.h"
 #include "llmtrain/ops/embedding.h"
 
@@ -133,7 +134,7 @@ struct GPT2Output {
 /// llm.c's initial weights for seed s) and a head tied to the token embedding.
 ///   llmtrain::nn::GPT2 model(llmtrain::nn::GPT2Config::preset("gpt2"));
 ///   auto out = model(idx, targets);  out.loss.backward();
-class GPT2Impl : public torch::nn::Cloneable<GPT2Impl> {
+class GPT2Impl : public torch::nn::Cloneable<GPT2Impl>, public CausalLM {
  public:
   explicit GPT2Impl(GPT2Config cfg);
   void reset() override;
@@ -147,11 +148,12 @@ class GPT2Impl : public torch::nn::Cloneable<GPT2Impl> {
   /// The training loss alone: forward's loss, with the logits' memory reused for their gradient (the
   /// logits are never returned), which saves a (B, T, padded V) buffer. Backward runs once.
   ///   auto loss = model->loss(idx, targets);  loss.backward();
-  torch::Tensor loss(const torch::Tensor& idx, const torch::Tensor& targets, const torch::Tensor& position_ids = {});
+  torch::Tensor loss(const torch::Tensor& idx, const torch::Tensor& targets,
+                     const torch::Tensor& position_ids = {}) override;
   /// Throws llmtrain::Error for an id out of range that an earlier forward on a CUDA device saw,
   /// waiting for those forwards (free right after the host has read their loss); with `wait` false,
   /// only when the device has finished checking every forward queued so far.
-  void check_inputs(bool wait = true);
+  void check_inputs(bool wait = true) override;
 
   /// Generation's first step: runs prompts idx (B, T), right-padded (row b's prompt is its first
   /// lengths[b] ids, 1 <= lengths[b] <= T), from position 0, stores every layer's keys and values of
@@ -167,10 +169,13 @@ class GPT2Impl : public torch::nn::Cloneable<GPT2Impl> {
   torch::Tensor decode(const torch::Tensor& idx, const torch::Tensor& positions, KVCache& cache);
 
   /// Parameters counted as Hugging Face counts them: the embedding at its vocab_size real rows.
-  int64_t num_parameters() const;
+  int64_t num_parameters() const override;
   /// Training FLOPs per token at sequence length `seq_len` (forward + backward): 6 per parameter plus
   /// 12 * n_layer * n_embd * seq_len for attention's scores and weighted sums (the count MFU uses).
-  double flops_per_token(int64_t seq_len) const;
+  double flops_per_token(int64_t seq_len) const override;
+  int64_t block_size() const override { return cfg.block_size(); }
+  int64_t vocab_size() const override { return cfg.vocab_size(); }
+  torch::nn::Module& module() override { return *this; }
 
   GPT2Config cfg;
   GPT2Transformer transformer{nullptr};

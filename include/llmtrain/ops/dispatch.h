@@ -9,6 +9,10 @@
 
 namespace llmtrain::ops {
 
+/// The ops with a CUDA path of llmtrain's. kGemv: the few-row products of ops::linear and
+/// ops::norm_linear without a gradient.
+enum class Kernel { kEmbedding, kLayerNorm, kGelu, kLinear, kMlp, kGemv, kCrossEntropy, kAdamW, kDecodeAttention };
+
 /// Turns the CUDA kernels of every op on or off for the whole process (thread-safe; takes effect at
 /// the next op).
 ///   llmtrain::ops::set_cuda_kernels_enabled(false);  // ATen reference paths from here on
@@ -24,9 +28,11 @@ bool cuda_kernels_enabled();
 void set_cuda_kernel_enabled(const std::string& op, bool enabled);
 /// Whether `op`'s CUDA path is on: its own switch and the process-wide one.
 bool cuda_kernel_enabled(const std::string& op);
-/// The ops with a CUDA path of llmtrain's: embedding, layer_norm, gelu, linear, mlp, gemv (the few-row
-/// products of ops::linear and ops::norm_linear without a gradient), cross_entropy, adamw,
-/// decode_attention.
+/// The same by enum, without a name lookup: what the ops ask on every call.
+void set_cuda_kernel_enabled(Kernel op, bool enabled);
+bool cuda_kernel_enabled(Kernel op);
+/// The names of the ops with a CUDA path, in Kernel's order: embedding, layer_norm, gelu, linear, mlp,
+/// gemv, cross_entropy, adamw, decode_attention.
 std::vector<std::string> cuda_kernel_names();
 
 }  // namespace llmtrain::ops

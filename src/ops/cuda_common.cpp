@@ -1,5 +1,5 @@
 // What the CUDA glue of every op shares.
-#include "cuda_ops.h"
+#include "cuda_common.h"
 
 #include <cstdint>
 

@@ -1,0 +1,17 @@
+// ops::cross_entropy's CUDA path: the fused classifier.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda_common.h"
+
+namespace llmtrain::ops::cuda {
+
+/// True when the fused classifier takes these logits: a CUDA tensor of float32, bfloat16 or float16
+/// with unit column stride.
+bool cross_entropy_supported(const at::Tensor& logits);
+/// ops::cross_entropy on the fused classifier (an autograd function).
+at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& targets, int64_t ignore_index,
+                         int64_t num_classes, bool overwrite_logits);
+
+}  // namespace llmtrain::ops::cuda

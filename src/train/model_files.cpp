@@ -1,0 +1,175 @@
+// Models on disk in every form llmtrain reads: its own checkpoints, Hugging Face folders and llm.c
+// files; and the configurations a checkpoint or a fine-tuning run carries.
+#include "llmtrain/train/model_files.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "../core/json.h"
+#include "checkpoint_state.h"
+#include "llmtrain/core/error.h"
+#include "llmtrain/io/hf_gpt2.h"
+#include "llmtrain/io/llmc.h"
+#include "llmtrain/train/checkpointer.h"
+#include "torch_files.h"
+
+namespace llmtrain::train {
+
+using Json = json::Json;
+using detail::same_shape;
+using detail::shape_text;
+
+TrainerConfig load_checkpoint_config(const std::string& path) {
+  const std::string dir = checkpoint_dir(path);
+  const auto state = detail::CheckpointState::read(dir);
+  TrainerConfig cfg = TrainerConfig::parse(state.config, "checkpoint " + dir + "/state.json's config");
+  cfg.tokenizer = tokenizer_in(cfg.tokenizer, dir);  // the checkpoint's own copy
+  LLMTRAIN_CHECK(same_shape(state.model, cfg.model.gpt2()), "checkpoint ", dir, "/state.json: model says ",
+                 shape_text(state.model), " but its config says ", shape_text(cfg.model.gpt2()));
+  return cfg;
+}
+
+namespace {
+
+// A run's configuration with the model of `g` (the rest the defaults) and GPT-2's tokenizer.
+TrainerConfig config_of_model(const nn::GPT2Config& g) {
+  LLMTRAIN_CHECK(g.layer_norm_eps() == nn::GPT2Config().layer_norm_eps(), "a model with layer_norm_epsilon ",
+                 g.layer_norm_eps(), " has no llmtrain checkpoint form (its configs keep GPT-2's ",
+                 nn::GPT2Config().layer_norm_eps(), ")");
+  TrainerConfig c;
+  c.model.n_layer = g.n_layer();
+  c.model.n_head = g.n_head();
+  c.model.n_embd = g.n_embd();
+  c.model.block_size = g.block_size();
+  c.model.vocab_size = g.vocab_size();
+  c.model.dropout = g.dropout();
+  c.tokenizer.kind = "gpt2";
+  c.train.seq_len = std::min(c.train.seq_len, g.block_size());  // the default must fit the model
+  return c;
+}
+
+// The configuration a fine-tuning run starts from: a checkpoint's, or the model of a Hugging Face folder
+// or an llm.c file.
+TrainerConfig source_config(const std::string& from) {
+  if (io::is_hf_dir(from)) return config_of_model(io::hf_gpt2_config(from));
+  if (io::is_llmc_file(from)) return config_of_model(io::llmc_gpt2_config(from));
+  return load_checkpoint_config(from);
+}
+
+}  // namespace
+
+nn::GPT2 load_model(const std::string& path) {
+  if (io::is_hf_dir(path)) return io::load_hf_gpt2(path);
+  if (io::is_llmc_file(path)) return io::load_llmc_gpt2(path);
+  return load_checkpoint_model(path);
+}
+
+std::optional<TokenizerConfig> model_tokenizer(const std::string& path) {
+  if (io::is_hf_dir(path)) {
+    TokenizerConfig t;
+    if (fs::exists(path + "/tokenizer.model")) t = {"sentencepiece", path + "/tokenizer.model", ""};
+    else if (fs::exists(path + "/vocab.json") && fs::exists(path + "/merges.txt")) t = {"gpt2", path, ""};
+    else return std::nullopt;
+    return t;
+  }
+  if (io::is_llmc_file(path)) return std::nullopt;
+  const TrainerConfig cfg = load_checkpoint_config(path);
+  if (cfg.tokenizer.kind.empty()) return std::nullopt;
+  return cfg.tokenizer;
+}
+
+void save_model_checkpoint(nn::GPT2& model, const std::string& dir, const fs::OutputOptions& options,
+                           const std::optional<TokenizerConfig>& tokenizer) {
+  const TrainerConfig cfg = config_of_model(model->cfg);
+  const bool bf16 = model->parameters().front().scalar_type() == torch::kBFloat16;
+  fs::write_dir_atomic(dir, "checkpoint", options, [&](const std::string& tmp) {
+    detail::save_torch(model, tmp + "/model.pt");
+    TrainerConfig c = cfg;
+    if (tokenizer) c.tokenizer = copy_tokenizer(*tokenizer, tmp);
+    if (bf16) c.train.precision = "bf16-master";  // how load_checkpoint_model knows to cast
+    detail::CheckpointState state;
+    state.model_only = true;
+    state.model = model->cfg;
+    state.precision = c.train.precision;
+    state.config = c.to_json();
+    fs::write_file_atomic(tmp + "/state.json", state.to_json());
+  });
+}
+
+void save_hf_model(nn::GPT2& model, const std::string& dir, const fs::OutputOptions& options,
+                   const std::optional<TokenizerConfig>& tokenizer) {
+  io::HfExtras extras;
+  if (!tokenizer) {
+    io::save_hf_gpt2(model, dir, options, extras);
+    return;
+  }
+  const auto tok = load_tokenizer(*tokenizer);
+  LLMTRAIN_CHECK(tok->vocab_size() <= model->cfg.vocab_size(), "tokenizer ", tokenizer->kind, " ", tokenizer->path,
+                 " has ", tok->vocab_size(), " ids, more than the model's vocab_size ", model->cfg.vocab_size());
+  // llmtrain's documents start and end with the end-of-text id: it is both bos and eos.
+  extras.bos_id = extras.eos_id = tok->eot_id() ? std::optional<int64_t>(*tok->eot_id()) : std::nullopt;
+  const std::string eot = tok->eot_text().value_or("");
+  extras.write = [&](const std::string& tmp) {
+    const auto files = tokenizer::tokenizer_files(tokenizer->kind, tokenizer->path);
+    Json config = {{"model_max_length", model->cfg.block_size()}, {"clean_up_tokenization_spaces", false}};
+    if (tokenizer->kind == "gpt2") {
+      fs::write_file_atomic(tmp + "/vocab.json", fs::read_file(files[0], uint64_t(1) << 30, "tokenizer"));
+      fs::write_file_atomic(tmp + "/merges.txt", fs::read_file(files[1], uint64_t(1) << 30, "tokenizer"));
+      config.update({{"tokenizer_class", "GPT2Tokenizer"}, {"add_prefix_space", false}, {"unk_token", eot}});
+    } else {
+      fs::write_file_atomic(tmp + "/tokenizer.model", fs::read_file(files[0], uint64_t(1) << 30, "tokenizer"));
+      // A SentencePiece model as llmtrain encodes with it: no bos or eos added to the text.
+      config.update({{"tokenizer_class", "LlamaTokenizer"}, {"add_bos_token", false}, {"add_eos_token", false},
+                     {"legacy", true}});
+    }
+    if (!eot.empty()) config.update({{"bos_token", eot}, {"eos_token", eot}, {"pad_token", eot}});
+    fs::write_file_atomic(tmp + "/tokenizer_config.json", config.dump(2) + "\n");
+    Json special = Json::object();
+    if (!eot.empty()) special = {{"bos_token", eot}, {"eos_token", eot}, {"pad_token", eot}};
+    fs::write_file_atomic(tmp + "/special_tokens_map.json", special.dump(2) + "\n");
+  };
+  io::save_hf_gpt2(model, dir, options, extras);
+}
+
+nn::GPT2 load_checkpoint_model(const std::string& path) {
+  const std::string dir = checkpoint_dir(path);
+  const auto cfg = load_checkpoint_config(dir);
+  // The shape comes from state.json: model.pt must be able to hold it before anything is allocated.
+  uint64_t bytes = 0;
+  ::close(fs::open_regular(dir + "/model.pt", &bytes, "checkpoint"));
+  const int64_t params = cfg.model.gpt2().stored_parameters();
+  const uint64_t least = uint64_t(params) * (cfg.train.precision == "bf16-master" ? 2 : 4);
+  LLMTRAIN_CHECK(bytes >= least, "checkpoint ", dir, ": model.pt holds ", bytes, " bytes, too few for the ", params,
+                 " parameters its state.json describes (", least, " bytes at least)");
+  nn::GPT2 model(cfg.model.gpt2());
+  if (cfg.train.precision == "bf16-master") model->to(torch::kBFloat16);
+  detail::load_part(dir, "model.pt", [&](const std::string& p) { torch::load(model, p); });
+  return model;
+}
+
+TrainerConfig finetune_config(const std::string& from, const std::string& config_path,
+                              const std::vector<std::string>& overrides) {
+  const Json base = json::parse(source_config(from).to_json(), "the config of " + from);
+  Json doc = json::parse_file(config_path, uint64_t(64) << 20);
+  LLMTRAIN_CHECK(doc.is_object(), config_path, ": expected a JSON object at the top");
+  Json model = base["model"];
+  if (doc.contains("model")) {
+    LLMTRAIN_CHECK(doc["model"].is_object(), config_path, ": model must be an object");
+    for (const auto& [key, value] : doc["model"].items()) {
+      LLMTRAIN_CHECK(key == "dropout", config_path, ": model.", key,
+                     " cannot be set when fine-tuning: the model is the checkpoint's (only model.dropout may change)");
+      model[key] = value;
+    }
+  }
+  model["init_from"] = from;
+  doc["model"] = model;
+  if (!doc.contains("tokenizer")) {
+    doc["tokenizer"] = base["tokenizer"];
+    if (const auto own = model_tokenizer(from))  // a checkpoint's copy, a Hugging Face folder's files
+      doc["tokenizer"] = {{"kind", own->kind}, {"path", own->path}, {"sha256", own->sha256}};
+  }
+  return TrainerConfig::parse(doc.dump(), config_path, overrides);
+}
+
+}  // namespace llmtrain::train
