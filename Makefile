@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 LLMTRAIN_DATA_DIR ?= $(wildcard $(abspath $(CURDIR)/../shared/data))
 export LLMTRAIN_DATA_DIR
 
-.PHONY: build test demo fuzz clean
+.PHONY: build test demo fuzz format clean
 
 build:
 	bash scripts/setup.sh
@@ -26,6 +26,10 @@ FUZZ_SECONDS ?= 300
 fuzz: build
 	@set -e; for f in build/fuzz/fuzz_*; do \
 	  bash tests/fuzz/run.sh $$f $${f##*/fuzz_} $(FUZZ_SECONDS) build/fuzz/runs/$${f##*/fuzz_}; done
+
+# Formats the C++ and CUDA sources with .clang-format; `make test` checks that they are.
+format:
+	bash scripts/format.sh
 
 clean:
 	rm -rf build

@@ -59,7 +59,8 @@ Row run(const Variant& v, llmtrain::nn::GPT2& model, int64_t B, int64_t prompt_l
       const auto t0 = std::chrono::steady_clock::now();
       const auto out = gen.generate(prompts, n, v.sampling);
       t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      LLMTRAIN_CHECK(int64_t(out[0].size()) == n, "bench_generate: ", v.name, " made ", out[0].size(), " tokens, not ", n);
+      LLMTRAIN_CHECK(int64_t(out[0].size()) == n, "bench_generate: ", v.name, " made ", out[0].size(), " tokens, not ",
+                     n);
     }
     return median(t);
   };
@@ -83,7 +84,9 @@ int main(int argc, char** argv) {
   app.add_option("--batch", batches, "batch sizes (repeatable; default 1 and 16)");
   app.add_option("--prompt", prompt_len, "prompt length")->capture_default_str();
   app.add_option("--new", new_tokens, "new tokens per row")->capture_default_str()->check(CLI::Range(2, 4096));
-  app.add_option("--repeat", repeat, "timed runs of each; the median counts")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--repeat", repeat, "timed runs of each; the median counts")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_flag("--sample", sample, "also run llmtrain sampling (temperature 1, top-k 50, top-p 0.9) instead of greedy");
   app.add_flag("--no-hf", no_hf, "skip the transformers baseline");
   app.add_option("--python", python, "Python with torch and transformers (default: the one CMake found)")
@@ -115,8 +118,8 @@ int main(int argc, char** argv) {
       std::vector<std::string> args = {std::to_string(prompt_len), std::to_string(new_tokens), std::to_string(repeat)};
       for (int64_t B : batches) args.push_back(std::to_string(B));
       try {
-        const auto hf = bench::run_python_json(python, std::string(LLMTRAIN_SOURCE_DIR) + "/benchmarks/hf_generate_speed.py",
-                                               args);
+        const auto hf =
+            bench::run_python_json(python, std::string(LLMTRAIN_SOURCE_DIR) + "/benchmarks/hf_generate_speed.py", args);
         for (int64_t B : batches) {
           const auto& h = hf.at(std::to_string(B));
           rows.push_back({"hf", B, h.at("seconds").get<double>(), h.at("seconds_prompt").get<double>()});
@@ -139,7 +142,8 @@ int main(int argc, char** argv) {
     const double tok_s = double(r.batch * new_tokens) / r.seconds;
     const auto base = [&](const char* name) {
       for (const auto& b : rows)
-        if (b.batch == r.batch && b.name == name) return (b.seconds - b.seconds_prompt) / (r.seconds - r.seconds_prompt);
+        if (b.batch == r.batch && b.name == name)
+          return (b.seconds - b.seconds_prompt) / (r.seconds - r.seconds_prompt);
       return 0.0;
     };
     std::printf("%-16s %5lld %10.3f %11.2f %12.0f %9.2fx %7.2fx\n", r.name.c_str(), static_cast<long long>(r.batch),

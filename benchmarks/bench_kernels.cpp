@@ -155,7 +155,7 @@ int main(int argc, char** argv) {
     const auto fw = (0.03 * torch::randn({H, C}, bf16)).requires_grad_(), fb = torch::randn({H}, bf16).requires_grad_();
     const auto pw = (0.02 * torch::randn({C, H}, bf16)).requires_grad_(), pb = torch::randn({C}, bf16).requires_grad_();
     const double bytes = double(N) * (C * 2 + H * 2) * 2 * 3;  // x, h, g, y and their gradients, roughly
-    llmtrain::ops::set_cuda_kernel_enabled("mlp", true);  // off by default; compare() turns all off for ATen
+    llmtrain::ops::set_cuda_kernel_enabled("mlp", true);       // off by default; compare() turns all off for ATen
     results.push_back(compare(
         "mlp fwd+bwd (16384 x 768 -> 3072 -> 768)", bytes,
         [&] {
@@ -182,8 +182,7 @@ int main(int argc, char** argv) {
         "embedding fwd+bwd (16 x 1024 of 50304 x 768)", bytes,
         [&] {
           for (const auto* t : {&wte, &wpe}) t->mutable_grad() = torch::Tensor();
-          if (llmtrain::ops::cuda_kernels_enabled())
-            llmtrain::ops::embedding(idx, wte, wpe, 50257, ids).backward(dout);
+          if (llmtrain::ops::cuda_kernels_enabled()) llmtrain::ops::embedding(idx, wte, wpe, 50257, ids).backward(dout);
           else  // the ATen composite alone (the op's ATen path also waits for its id check)
             (at::embedding(wte, idx) + wpe).backward(dout);
         },

@@ -3,12 +3,12 @@
 // Union corpus, all speeches joined in file order. A second row times the `tokenize` program as a whole
 // process (start, read stdin, encode, write the JSON array) against tiktoken's encode call alone.
 //   build/bin/bench_tokenizer --data ../shared/data [--repeat 5]
-#include <CLI/CLI.hpp>
 #include <dirent.h>
 #include <fcntl.h>
 #include <llmtrain/text.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -61,8 +61,8 @@ double time_process(const std::string& program, const std::vector<std::string>& 
   int status = 0;
   ::waitpid(pid, &status, 0);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  LLMTRAIN_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "bench_tokenizer: ", program,
-                 " failed (wait status ", status, ")");
+  LLMTRAIN_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "bench_tokenizer: ", program, " failed (wait status ",
+                 status, ")");
   return seconds;
 }
 
@@ -85,7 +85,9 @@ int main(int argc, char** argv) {
   int repeat = 5;
   app.add_option("--data", data, "folder with gpt2/ and sotu/ (default: $LLMTRAIN_DATA_DIR)");
   app.add_option("--python", python, "Python with tiktoken (default: the one CMake found)")->capture_default_str();
-  app.add_option("--repeat", repeat, "runs of each; the best counts")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--repeat", repeat, "runs of each; the best counts")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   try {
     LLMTRAIN_CHECK(!data.empty(), "bench_tokenizer: pass --data or set LLMTRAIN_DATA_DIR");
@@ -130,14 +132,15 @@ int main(int argc, char** argv) {
     try {
       const std::string tokenize = own_dir() + "/tokenize";
       for (int i = 0; i < repeat; ++i)
-        process = std::min(process, time_process(tokenize, {"--vocab-dir", data + "/gpt2"}, tmp + "/corpus.txt",
-                                                 tmp + "/ids.json"));
+        process = std::min(
+            process, time_process(tokenize, {"--vocab-dir", data + "/gpt2"}, tmp + "/corpus.txt", tmp + "/ids.json"));
       const auto printed = llmtrain::tokenizer::parse_ids(llmtrain::fs::read_file(tmp + "/ids.json"),
                                                           "tokenize's output", tok->vocab_size());
       process_equal = printed == ids;
       peer = bench::run_python_json(python, script, {data + "/gpt2", tmp + "/corpus.txt", std::to_string(repeat)});
       peer_word = bench::run_python_json(python, script, {data + "/gpt2", tmp + "/word.txt", std::to_string(repeat)});
-      peer_big_word = bench::run_python_json(python, script, {data + "/gpt2", tmp + "/big_word.txt", std::to_string(repeat)});
+      peer_big_word =
+          bench::run_python_json(python, script, {data + "/gpt2", tmp + "/big_word.txt", std::to_string(repeat)});
     } catch (...) {
       llmtrain::fs::remove_tree(tmp);
       throw;
@@ -154,21 +157,30 @@ int main(int argc, char** argv) {
     std::printf("%-34s %10.3f %10.2f\n", "tokenize (whole process, JSON out)", process, mb / process);
     std::printf("against tiktoken's encode call alone: %.2fx, ids %s\n", theirs / process,
                 process_equal ? "identical" : "DIFFERENT");
-    const double theirs_small = peer_word["seconds"].get<double>(), theirs_word = peer_big_word["seconds"].get<double>();
+    const double theirs_small = peer_word["seconds"].get<double>(),
+                 theirs_word = peer_big_word["seconds"].get<double>();
     std::printf("one word without spaces (a single piece to merge):\n");
     std::printf("%-10s %10s %10s %10s\n", "encoder", "word", "seconds", "MB/s");
     std::printf("%-10s %10s %10.4f %10.2f\n", "llmtrain", "64 KB", ours_small, small_word.size() / 1e6 / ours_small);
-    std::printf("%-10s %10s %10.4f %10.2f\n", "tiktoken", "64 KB", theirs_small, small_word.size() / 1e6 / theirs_small);
+    std::printf("%-10s %10s %10.4f %10.2f\n", "tiktoken", "64 KB", theirs_small,
+                small_word.size() / 1e6 / theirs_small);
     std::printf("%-10s %10s %10.4f %10.2f  (%.2fx its speed on the corpus)\n", "llmtrain", "1 MB", ours_word,
                 word.size() / 1e6 / ours_word, (word.size() / ours_word) / (text.size() / ours));
     std::printf("%-10s %10s %10.4f %10.2f\n", "tiktoken", "1 MB", theirs_word, word.size() / 1e6 / theirs_word);
-    std::printf("%s\n", nlohmann::json{{"bench", "tokenizer"}, {"mb", mb}, {"tokens", ids.size()},
-                                       {"llmtrain_mb_s", mb / ours}, {"tiktoken_mb_s", mb / theirs},
-                                       {"speedup", theirs / ours}, {"ids_identical", equal},
-                                       {"tokenize_process_s", process}, {"tokenize_process_speedup", theirs / process},
+    std::printf("%s\n", nlohmann::json{{"bench", "tokenizer"},
+                                       {"mb", mb},
+                                       {"tokens", ids.size()},
+                                       {"llmtrain_mb_s", mb / ours},
+                                       {"tiktoken_mb_s", mb / theirs},
+                                       {"speedup", theirs / ours},
+                                       {"ids_identical", equal},
+                                       {"tokenize_process_s", process},
+                                       {"tokenize_process_speedup", theirs / process},
                                        {"tokenize_ids_identical", process_equal},
-                                       {"word_1mb_s", ours_word}, {"word_64kb_s", ours_small},
-                                       {"tiktoken_word_64kb_s", theirs_small}, {"tiktoken_word_1mb_s", theirs_word}}
+                                       {"word_1mb_s", ours_word},
+                                       {"word_64kb_s", ours_small},
+                                       {"tiktoken_word_64kb_s", theirs_small},
+                                       {"tiktoken_word_1mb_s", theirs_word}}
                             .dump()
                             .c_str());
     return equal && process_equal ? 0 : 1;

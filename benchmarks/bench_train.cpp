@@ -14,7 +14,8 @@
 //                   data-parallel wrapper's cost at world size 1, against llmtrain-eager (which --dp adds)
 //   llmtrain-OP     llmtrain with one op on ATen (--without OP): what that op's kernel is worth
 //   llmtrain+OP     llmtrain with an op's kernel that is off by default turned on (--with OP)
-//   build/bin/bench_train --batch 16 --batch 32 --steps 20 [--eager] [--sync] [--dp] [--without layer_norm] [--with mlp]
+//   build/bin/bench_train --batch 16 --batch 32 --steps 20 [--eager] [--sync] [--dp] [--without layer_norm] [--with
+//   mlp]
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <cuda_profiler_api.h>
 #include <llmtrain/llmtrain.h>
@@ -52,11 +53,11 @@ struct Variant {
   std::string name;
   bool kernels = true;  // llmtrain's CUDA kernels (false: every op on ATen)
   llmtrain::optim::Precision precision = llmtrain::optim::Precision::kBF16Master;
-  bool sync = false;    // read each step's loss before queueing the next
-  bool graph = false;   // the forward and backward as a CUDA graph
+  bool sync = false;          // read each step's loss before queueing the next
+  bool graph = false;         // the forward and backward as a CUDA graph
   std::string without, with;  // one op off, or one default-off op on
-  bool dp = false;      // through DataParallel over a one-rank NcclCommunicator
-  bool zero = false;    // and ZeRO-1 (its one shard: every parameter)
+  bool dp = false;            // through DataParallel over a one-rank NcclCommunicator
+  bool zero = false;          // and ZeRO-1 (its one shard: every parameter)
 };
 
 Row run(const Variant& v, int64_t B, int64_t T, int steps, int warmup, double peak_flops) {
@@ -154,7 +155,8 @@ int main(int argc, char** argv) {
   app.add_option("--without", without, "also run llmtrain with this op on ATen (repeatable; see ops/dispatch.h)");
   app.add_option("--with", with, "also run llmtrain with this default-off op's kernel on (repeatable)");
   bool sync_row = false, eager_row = false, dp_row = false;
-  app.add_flag("--sync", sync_row, "also run llmtrain eagerly, reading each step's loss and norm before the next is queued");
+  app.add_flag("--sync", sync_row,
+               "also run llmtrain eagerly, reading each step's loss and norm before the next is queued");
   app.add_flag("--eager", eager_row, "also run llmtrain without the CUDA graph");
   app.add_flag("--dp", dp_row,
                "also run llmtrain eagerly through DataParallel over NCCL at world size 1, plain and with ZeRO-1 "

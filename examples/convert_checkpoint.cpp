@@ -6,8 +6,8 @@
 // checkpoint out, which finetune_gpt2 --from and model.init_from read. hf: a Hugging Face folder
 // (config.json, model.safetensors) with the model's tokenizer (tokenizer_config.json, and vocab.json +
 // merges.txt or tokenizer.model) for transformers' AutoTokenizer. llmc: an llm.c model file (in only).
-#include <CLI/CLI.hpp>
 #include <llmtrain/llmtrain.h>
+#include <CLI/CLI.hpp>
 
 #include <cstdio>
 
@@ -22,8 +22,9 @@ int main(int argc, char** argv) {
   bool force = false;
   app.add_flag("--force", force, "replace an existing output that llmtrain did not write");
   std::string kind, tok_path;
-  app.add_option("--tokenizer", kind, "the tokenizer to carry (gpt2 or sentencepiece; default: the model's own, "
-                                      "GPT-2's for an llm.c file)")
+  app.add_option("--tokenizer", kind,
+                 "the tokenizer to carry (gpt2 or sentencepiece; default: the model's own, "
+                 "GPT-2's for an llm.c file)")
       ->check(CLI::IsMember({"gpt2", "sentencepiece"}));
   app.add_option("--tokenizer-path", tok_path, "its GPT-2 folder or .model file");
   CLI11_PARSE(app, argc, argv);

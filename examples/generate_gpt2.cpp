@@ -1,11 +1,12 @@
 // generate_gpt2: continues a prompt with a trained checkpoint or a Hugging Face GPT-2 folder, printing
 // tokens as they come (KV cache; on a GPU in bfloat16 with the decode step as a CUDA graph).
-//   build/bin/generate_gpt2 --checkpoint runs/sotu_gpt2_124m --prompt "My fellow Americans" --max-new-tokens 64 --temperature 0.8 --top-k 50
+//   build/bin/generate_gpt2 --checkpoint runs/sotu_gpt2_124m --prompt "My fellow Americans" --max-new-tokens 64
+//   --temperature 0.8 --top-k 50
 // The tokenizer is the model's own (a run folder's copy; a Hugging Face folder's files) unless named.
-#include <CLI/CLI.hpp>
 #include <llmtrain/llmtrain.h>
-#include <nlohmann/json.hpp>
 #include <torch/cuda.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <climits>
@@ -15,9 +16,10 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"Generate text from a GPT-2 checkpoint"};
-  llmtrain_cli::setup(app, "generate_gpt2 --checkpoint runs/demo/model --prompt \"The meaning of life\" --max-new-tokens 60");
-  std::string checkpoint, prompt, prompt_ids, stop_ids, vocab_dir, tokenizer, model_file, format = "text",
-      device = "auto", dtype = "auto";
+  llmtrain_cli::setup(
+      app, "generate_gpt2 --checkpoint runs/demo/model --prompt \"The meaning of life\" --max-new-tokens 60");
+  std::string checkpoint, prompt, prompt_ids, stop_ids, vocab_dir, tokenizer, model_file,
+      format = "text", device = "auto", dtype = "auto";
   int64_t max_new = 64;
   llmtrain::infer::SamplingOptions o;
   app.add_option("--checkpoint", checkpoint,
@@ -30,13 +32,16 @@ int main(int argc, char** argv) {
   app.add_option("--top-k", o.top_k, "keep the k most likely tokens (0: all)")->capture_default_str();
   app.add_option("--top-p", o.top_p, "keep the most likely tokens up to this probability mass")->capture_default_str();
   app.add_option("--seed", o.seed, "sampling seed")->capture_default_str();
-  app.add_option("--stop-ids", stop_ids, "ids that end generation, a JSON array (default: the tokenizer's end-of-text)");
+  app.add_option("--stop-ids", stop_ids,
+                 "ids that end generation, a JSON array (default: the tokenizer's end-of-text)");
   app.add_option("--tokenizer", tokenizer, "gpt2 or sentencepiece (default: the model's own, else gpt2)")
       ->check(CLI::IsMember({"gpt2", "sentencepiece"}));
   app.add_option("--vocab-dir", vocab_dir, "GPT-2 files (default: $LLMTRAIN_GPT2_DIR, else $LLMTRAIN_DATA_DIR/gpt2)");
   app.add_option("--model", model_file, "SentencePiece .model file");
   app.add_option("--format", format, "text or ids")->capture_default_str()->check(CLI::IsMember({"text", "ids"}));
-  app.add_option("--device", device, "auto, cpu or cuda")->capture_default_str()->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_option("--device", device, "auto, cpu or cuda")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_option("--dtype", dtype, "auto (bfloat16 on cuda, float32 on cpu), float32 or bfloat16")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "float32", "bfloat16"}));
@@ -55,7 +60,8 @@ int main(int argc, char** argv) {
     if (format == "text" || !prompt.empty() || prompt_ids.empty() || stop_ids.empty()) {
       // The model's own tokenizer (a run's copy, a Hugging Face folder's files) unless one is named here.
       const auto own = tokenizer.empty() && vocab_dir.empty() && model_file.empty()
-                           ? llmtrain::train::model_tokenizer(checkpoint) : std::nullopt;
+                           ? llmtrain::train::model_tokenizer(checkpoint)
+                           : std::nullopt;
       if (own) tok = llmtrain::train::load_tokenizer(*own);
       else if (tokenizer.empty()) tokenizer = model_file.empty() ? "gpt2" : "sentencepiece";
       if (!own) tok = llmtrain::tokenizer::load_tokenizer(tokenizer, tokenizer == "gpt2" ? vocab_dir : model_file);
@@ -69,7 +75,8 @@ int main(int argc, char** argv) {
       LLMTRAIN_CHECK(tok && tok->eot_id(), "no prompt: give --prompt or --prompt-ids");
       ids = {*tok->eot_id()};  // start a fresh document
     }
-    if (!stop_ids.empty()) o.stop_tokens = llmtrain::tokenizer::parse_ids(stop_ids, "--stop-ids", model->cfg.vocab_size());
+    if (!stop_ids.empty())
+      o.stop_tokens = llmtrain::tokenizer::parse_ids(stop_ids, "--stop-ids", model->cfg.vocab_size());
     else if (tok && tok->eot_id()) o.stop_tokens = {*tok->eot_id()};
     const auto is_stop = [&](int32_t id) {
       return std::find(o.stop_tokens.begin(), o.stop_tokens.end(), id) != o.stop_tokens.end();
@@ -82,7 +89,8 @@ int main(int argc, char** argv) {
     const auto print_new = [&](bool last) {
       const std::string text = tok->decode(shown);
       const size_t ready = last ? text.size() : llmtrain::tokenizer::complete_utf8_prefix(text);
-      if (ready > printed) std::fputs(llmtrain::tokenizer::printable_utf8(text.substr(printed, ready - printed)).c_str(), stdout);
+      if (ready > printed)
+        std::fputs(llmtrain::tokenizer::printable_utf8(text.substr(printed, ready - printed)).c_str(), stdout);
       std::fflush(stdout);
       printed = std::max(printed, ready);
     };

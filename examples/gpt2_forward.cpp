@@ -2,10 +2,10 @@
 // and reports its size, the loss and the time per pass. A first check that llmtrain works on a
 // machine, CPU or GPU, before any data exists:
 //   build/bin/gpt2_forward --preset gpt2 --device cuda --batch 4 --seq 1024
-#include <CLI/CLI.hpp>
 #include <llmtrain/llmtrain.h>
 #include <torch/cuda.h>
 #include <torch/utils.h>
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cmath>
@@ -48,7 +48,8 @@ int main(int argc, char** argv) {
       auto out = model(idx, targets);
       out.loss.backward();
       loss = out.loss.item<double>();  // waits for the device
-      const double elapsed = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      const double elapsed =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
       if (i > 0) ms += elapsed / iters;
     }
     std::printf("loss %.4f (ln vocab %.4f), forward+backward %.1f ms, %.0f tokens/s on %s\n", loss,

@@ -1,8 +1,9 @@
 // prepare_data: text files, folders or JSONL into train/val token shards (llm.c's format).
-//   build/bin/prepare_data --tokenizer gpt2 --vocab-dir $LLMTRAIN_DATA_DIR/gpt2 --out data/sotu --val-files ../shared/data/sotu/201*.txt -- ../shared/data/sotu
-#include <CLI/CLI.hpp>
+//   build/bin/prepare_data --tokenizer gpt2 --vocab-dir $LLMTRAIN_DATA_DIR/gpt2 --out data/sotu --val-files
+//   ../shared/data/sotu/201*.txt -- ../shared/data/sotu
 #include <llmtrain/text.h>
 #include <unistd.h>
+#include <CLI/CLI.hpp>
 
 #include <cstdio>
 
@@ -10,7 +11,8 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"Tokenize text into train/val token shards, documents separated by end-of-text"};
-  llmtrain_cli::setup(app, "prepare_data --tokenizer gpt2 --vocab-dir $LLMTRAIN_DATA_DIR/gpt2 --out data/sotu ../shared/data/sotu");
+  llmtrain_cli::setup(
+      app, "prepare_data --tokenizer gpt2 --vocab-dir $LLMTRAIN_DATA_DIR/gpt2 --out data/sotu ../shared/data/sotu");
   llmtrain::data::PrepareOptions o;
   std::string kind = "gpt2", vocab_dir, model;
   app.add_option("inputs", o.inputs, "text files, JSONL files (*.jsonl) or folders of them");

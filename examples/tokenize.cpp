@@ -1,8 +1,8 @@
 // tokenize: UTF-8 text on stdin -> a JSON array of token ids on stdout, or back with --decode.
 //   echo "Hello world" | build/bin/tokenize --vocab-dir ../shared/data/gpt2        # [15496, 995, 198]
 //   echo "[15496, 995]" | build/bin/tokenize --vocab-dir ../shared/data/gpt2 --decode
-#include <CLI/CLI.hpp>
 #include <llmtrain/text.h>
+#include <CLI/CLI.hpp>
 
 #include <charconv>
 #include <cstdio>

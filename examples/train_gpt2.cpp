@@ -1,7 +1,7 @@
 // train_gpt2: trains GPT-2 as a JSON config says, with checkpoints that resume exactly.
 //   build/bin/train_gpt2 --config examples/configs/sotu_gpt2_124m.json [--set train.max_steps=50]... [--resume]
-#include <CLI/CLI.hpp>
 #include <llmtrain/llmtrain.h>
+#include <CLI/CLI.hpp>
 
 #include <cstdio>
 
@@ -16,11 +16,14 @@ int main(int argc, char** argv) {
   auto* config = app.add_option("--config", config_path, "JSON config (docs/CONFIG.md lists every key)");
   app.add_option("--set", sets, "override a key, e.g. --set train.lr=3e-4 (repeatable)");
   app.add_flag("--resume", run.resume, "continue from the newest complete checkpoint in out_dir");
-  app.add_flag("--force", run.force, "write into an out_dir that holds files llmtrain did not write (config.json, ...)");
+  app.add_flag("--force", run.force,
+               "write into an out_dir that holds files llmtrain did not write (config.json, ...)");
   bool print = false, reference = false, quiet = false;
-  app.add_flag("--print-config", print, "print the full config (every key; defaults where --config and --set say "
-                                        "nothing) and exit");
-  app.add_flag("--print-reference", reference, "print every key with its type, default and meaning (Markdown) and exit");
+  app.add_flag("--print-config", print,
+               "print the full config (every key; defaults where --config and --set say "
+               "nothing) and exit");
+  app.add_flag("--print-reference", reference,
+               "print every key with its type, default and meaning (Markdown) and exit");
   app.add_flag("--quiet", quiet, "no progress line or samples (train.quiet)");
   CLI11_PARSE(app, argc, argv);
   try {

@@ -2,9 +2,9 @@
 // optimizer, the shard loader, the metrics logger, the checkpoint writer): what to copy and change when
 // the Trainer's loop is not the one you want.
 //   build/bin/train_loop --train "data/sotu/train_*.bin" --steps 50 --out runs/loop
-#include <CLI/CLI.hpp>
 #include <llmtrain/llmtrain.h>
 #include <torch/cuda.h>
+#include <CLI/CLI.hpp>
 
 #include <cstdio>
 
@@ -34,12 +34,17 @@ int main(int argc, char** argv) {
     oo.schedule = {lt::optim::ScheduleKind::kCosine, lr, steps / 10, steps, 0.1};
     oo.precision = device.is_cuda() ? lt::optim::Precision::kBF16 : lt::optim::Precision::kFP32;
     lt::optim::MixedPrecisionOptimizer opt(*model, oo);
-    lt::data::DataLoader loader({.pattern = train_glob, .batch_size = batch, .seq_len = seq,
-                                 .vocab_size = model->cfg.vocab_size(), .device = device});
+    lt::data::DataLoader loader({.pattern = train_glob,
+                                 .batch_size = batch,
+                                 .seq_len = seq,
+                                 .vocab_size = model->cfg.vocab_size(),
+                                 .device = device});
     lt::fs::check_output(out, {"--out", {train_glob}});  // never a folder llmtrain did not write
     lt::fs::make_dirs(out);
     if (!lt::fs::is_our_output(out)) lt::fs::mark_output(out, "run");
-    lt::train::MetricsLogger log({.out_dir = out, .max_steps = steps, .step_tokens = batch * seq,
+    lt::train::MetricsLogger log({.out_dir = out,
+                                  .max_steps = steps,
+                                  .step_tokens = batch * seq,
                                   .flops_per_token = model->flops_per_token(seq)});
     log.keep_through(0);  // a new run: the records of an earlier one in --out go
     model->train();
@@ -52,7 +57,8 @@ int main(int argc, char** argv) {
       }
       opt.scale_loss(loss).backward();
       const lt::optim::StepInfo info = opt.step(step);  // clip, AdamW, zero the gradients
-      lt::train::StepRecord r{.step = step + 1, .loss = loss.item<double>(), .lr = info.lr, .grad_norm = info.grad_norm};
+      lt::train::StepRecord r{
+          .step = step + 1, .loss = loss.item<double>(), .lr = info.lr, .grad_norm = info.grad_norm};
       log.step(r);  // metrics.jsonl, the progress line
     }
     log.write_loss_curves();

@@ -1,8 +1,8 @@
 // train_tokenizer: trains a SentencePiece BPE or unigram model on text files, then reports how it
 // tokenizes them.
 //   build/bin/train_tokenizer --model-type bpe --vocab-size 8000 --out tok/sp corpus/*.txt
-#include <CLI/CLI.hpp>
 #include <llmtrain/text.h>
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -17,10 +17,14 @@ int main(int argc, char** argv) {
   llmtrain::tokenizer::SentencePieceTrainOptions o;
   app.add_option("inputs", o.inputs, "text files")->required()->check(CLI::ExistingFile);
   app.add_option("--out", o.model_prefix, "writes OUT.model and OUT.vocab")->required();
-  app.add_option("--model-type", o.model_type, "bpe or unigram")->capture_default_str()->check(CLI::IsMember({"bpe", "unigram"}));
+  app.add_option("--model-type", o.model_type, "bpe or unigram")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"bpe", "unigram"}));
   app.add_option("--vocab-size", o.vocab_size, "pieces, byte pieces and specials included")->capture_default_str();
-  app.add_option("--character-coverage", o.character_coverage, "share of characters kept as pieces")->capture_default_str();
-  app.add_option("--max-sentences", o.max_sentences, "train on a random sample of this many lines (0: all)")->capture_default_str();
+  app.add_option("--character-coverage", o.character_coverage, "share of characters kept as pieces")
+      ->capture_default_str();
+  app.add_option("--max-sentences", o.max_sentences, "train on a random sample of this many lines (0: all)")
+      ->capture_default_str();
   app.add_option("--max-line-bytes", o.max_line_bytes, "skip longer lines")->capture_default_str();
   app.add_flag("--force", o.force, "replace existing OUT.model and OUT.vocab files");
   bool no_byte_fallback = false;
@@ -45,8 +49,8 @@ int main(int argc, char** argv) {
       tokens += tok.encode(text).size();
     }
     std::printf("trained %s.model (%s, %lld pieces) in %.1f s; inputs: %zu bytes -> %zu tokens (%.2f bytes/token)\n",
-                o.model_prefix.c_str(), o.model_type.c_str(), static_cast<long long>(tok.vocab_size()), s, bytes, tokens,
-                tokens ? double(bytes) / tokens : 0.0);
+                o.model_prefix.c_str(), o.model_type.c_str(), static_cast<long long>(tok.vocab_size()), s, bytes,
+                tokens, tokens ? double(bytes) / tokens : 0.0);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train_tokenizer: %s\n", llmtrain::describe(e).c_str());
     return 1;

@@ -18,11 +18,11 @@ constexpr int64_t kAdamWChunk = 65536;
 
 /// One parameter tensor: what AdamW reads and writes (all float32 unless said otherwise).
 struct AdamWTensor {
-  float* master;       // weights, updated in place
-  void* param;         // null, or a bfloat16 copy of the weights written after the update
-  const void* grad;    // the launch's grad dtype
-  float* exp_avg;      // first moment
-  float* exp_avg_sq;   // second moment
+  float* master;      // weights, updated in place
+  void* param;        // null, or a bfloat16 copy of the weights written after the update
+  const void* grad;   // the launch's grad dtype
+  float* exp_avg;     // first moment
+  float* exp_avg_sq;  // second moment
   int64_t numel;
   float weight_decay;  // decoupled: master *= 1 - lr * weight_decay
   uint64_t round_key;  // the stochastic rounding's key for this tensor's bf16 copy (rounding.h)

@@ -28,7 +28,7 @@ __device__ __forceinline__ void online_add(const float (&x)[K], float& m, float&
   float g = x[0];
 #pragma unroll
   for (int k = 1; k < K; ++k) g = fmaxf(g, x[k]);
-  if (g > m) {  // fmaxf skips NaN, which then reaches s through its own term below
+  if (g > m) {                           // fmaxf skips NaN, which then reaches s through its own term below
     s *= exp2_approx((m - g) * kLog2e);  // m = -inf: s is 0 and stays 0
     m = g;
   }
@@ -87,12 +87,9 @@ __global__ void __launch_bounds__(kThreads)
     const float l = row_max + logf(sum);
     lse[n] = l;
     const int64_t t = targets[n];
-    if (t == ignore_index)
-      loss[n] = 0.f;
-    else if (t < 0 || t >= V)
-      loss[n] = NAN;  // never read outside the row
-    else
-      loss[n] = l - to_float(row[t]);
+    if (t == ignore_index) loss[n] = 0.f;
+    else if (t < 0 || t >= V) loss[n] = NAN;  // never read outside the row
+    else loss[n] = l - to_float(row[t]);
   }
 }
 
@@ -151,8 +148,7 @@ cudaError_t fwd(const void* logits, int64_t N, int64_t V, int64_t cols, int64_t 
   const T* p = static_cast<const T*>(logits);
   if (vectorizable<T>(p, cols, ld))
     cross_entropy_fwd_kernel<T, true><<<N, kThreads, 0, stream>>>(p, V, ld, targets, ignore_index, loss, lse);
-  else
-    cross_entropy_fwd_kernel<T, false><<<N, kThreads, 0, stream>>>(p, V, ld, targets, ignore_index, loss, lse);
+  else cross_entropy_fwd_kernel<T, false><<<N, kThreads, 0, stream>>>(p, V, ld, targets, ignore_index, loss, lse);
   return cudaGetLastError();
 }
 

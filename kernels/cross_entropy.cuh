@@ -18,25 +18,25 @@ namespace llmtrain::kernels {
 /// classes, V <= cols, the rest padding):
 /// lse[n] = log sum_j exp(logits[n, j]); loss[n] = lse[n] - logits[n, targets[n]], 0 when
 /// targets[n] == ignore_index, NaN when a target lies outside [0, V).
-cudaError_t launch_cross_entropy_fwd(const void* logits,     // (N, cols), row stride ld, dtype
+cudaError_t launch_cross_entropy_fwd(const void* logits,  // (N, cols), row stride ld, dtype
                                      DType dtype, int64_t N, int64_t V, int64_t cols, int64_t ld,
                                      const int64_t* targets,  // (N)
                                      int64_t ignore_index,
-                                     float* loss,             // (N)
-                                     float* lse,              // (N)
+                                     float* loss,  // (N)
+                                     float* lse,   // (N)
                                      cudaStream_t stream);
 
 /// dlogits[n, j] = (exp(logits[n, j] - lse[n]) - [j == targets[n]]) * scale[0] for j < V, and 0 for
 /// padding columns V <= j < cols and for rows whose target is ignored. `scale` is a device scalar (the
 /// upstream gradient over the number of counted targets), so no host synchronisation is needed.
 /// dlogits may be logits itself when ld == cols: the gradient then replaces the logits in place.
-cudaError_t launch_cross_entropy_bwd(const void* logits,     // (N, cols), row stride ld, dtype
+cudaError_t launch_cross_entropy_bwd(const void* logits,  // (N, cols), row stride ld, dtype
                                      DType dtype, int64_t N, int64_t V, int64_t cols, int64_t ld,
                                      const int64_t* targets,  // (N)
                                      int64_t ignore_index,
-                                     const float* lse,        // (N)
-                                     const float* scale,      // (1)
-                                     void* dlogits,           // (N, cols), dtype, contiguous
+                                     const float* lse,    // (N)
+                                     const float* scale,  // (1)
+                                     void* dlogits,       // (N, cols), dtype, contiguous
                                      cudaStream_t stream);
 
 }  // namespace llmtrain::kernels

@@ -1,10 +1,10 @@
 // A block of 8 warps per (head, row), launched as a programmatic dependent launch (common.cuh) so that
-// its start overlaps the end of the projection before it. A head's row of D elements is L lanes' 16-byte packs, so a warp
-// holds 32 / L positions at once and the block 8 * 32 / L; each thread walks its positions two at a time
-// (their loads issued together), keeping a running maximum, sum and weighted value sum for its pack.
-// The new token's key and value are read from the projection, not from the cache the block writes them
-// to, so no thread reads what another writes. The partial softmaxes are merged across a warp's
-// positions by shuffles, then across warps in a fixed order through shared memory.
+// its start overlaps the end of the projection before it. A head's row of D elements is L lanes' 16-byte packs, so a
+// warp holds 32 / L positions at once and the block 8 * 32 / L; each thread walks its positions two at a time (their
+// loads issued together), keeping a running maximum, sum and weighted value sum for its pack. The new token's key and
+// value are read from the projection, not from the cache the block writes them to, so no thread reads what another
+// writes. The partial softmaxes are merged across a warp's positions by shuffles, then across warps in a fixed order
+// through shared memory.
 #include <cmath>
 #include <type_traits>
 
@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int i = 0; i < P; ++i) q[i] *= scale_log2;  // scores in log2 units, for exp2
   float m = -INFINITY, l = 0.f, acc[P] = {};
-  const auto take = [&](float s, const float (&v)[P]) {
+  const auto take = [&](float s, const float(&v)[P]) {
     const float m_new = fmaxf(m, s), c = exp2f(m - m_new), e = exp2f(s - m_new);
     l = l * c + e;
 #pragma unroll
@@ -159,10 +159,18 @@ cudaError_t launch_decode_attention(const void* qkv, int64_t qkv_stride, void* k
                                   static_cast<E*>(out));
     };
     switch (D / pack_elements(dtype)) {
-      case 4: go(decode_attention_kernel<E, 4>); break;
-      case 8: go(decode_attention_kernel<E, 8>); break;
-      case 16: go(decode_attention_kernel<E, 16>); break;
-      default: go(decode_attention_kernel<E, 32>); break;
+      case 4:
+        go(decode_attention_kernel<E, 4>);
+        break;
+      case 8:
+        go(decode_attention_kernel<E, 8>);
+        break;
+      case 16:
+        go(decode_attention_kernel<E, 16>);
+        break;
+      default:
+        go(decode_attention_kernel<E, 32>);
+        break;
     }
   });
   return launched != cudaSuccess ? launched : cudaGetLastError();

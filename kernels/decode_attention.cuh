@@ -26,7 +26,7 @@ cudaError_t launch_decode_attention(const void* qkv, int64_t qkv_stride,  // (B,
                                     void* k_cache, void* v_cache,         // (B, H, S, D) contiguous each
                                     const int64_t* pos,                   // (B)
                                     DType dtype, int64_t B, int64_t H, int64_t S, int64_t D,
-                                    void* out,                            // (B, H D)
+                                    void* out,  // (B, H D)
                                     cudaStream_t stream);
 
 }  // namespace llmtrain::kernels

@@ -120,8 +120,7 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T, int P>
 __global__ void __launch_bounds__(kThreads)
     embedding_bwd_border_kernel(const int64_t* __restrict__ sorted, int64_t N, int64_t C, int64_t rows,
-                                const float* __restrict__ head, const float* __restrict__ tail,
-                                T* __restrict__ dwte) {
+                                const float* __restrict__ head, const float* __restrict__ tail, T* __restrict__ dwte) {
   const int64_t tile = blockIdx.x, s = tile * kTile, e = min(s + kTile, N);
   const int64_t id = sorted[e - 1];
   if (e >= N || sorted[e] != id) return;                        // the tile's last run ends inside it
@@ -197,8 +196,8 @@ cudaError_t launch_embedding_bwd(const void* dout, const int64_t* sorted_ids, co
     using E = std::remove_pointer_t<decltype(t)>;
     constexpr int P = decltype(p)::value;
     const E* d = static_cast<const E*>(dout);
-    embedding_bwd_wpe_kernel<E, P><<<blocks_for(T * (C / P)), kThreads, 0, stream>>>(d, N / T, T, C,
-                                                                                     static_cast<E*>(dwpe));
+    embedding_bwd_wpe_kernel<E, P>
+        <<<blocks_for(T * (C / P)), kThreads, 0, stream>>>(d, N / T, T, C, static_cast<E*>(dwpe));
     // Threads over the row's packs, whole warps, at most kThreads.
     const int threads = int(std::min<int64_t>(kThreads, (C / P + 31) / 32 * 32));
     const int64_t tiles = embedding_bwd_tiles(N);

@@ -26,11 +26,11 @@ struct BadId {
 /// out[n] = wte[idx[n]] + wpe[start[b] + t] for the N = B * T tokens n = b * T + t (rows of C elements
 /// of `dtype`; start null: all 0); an id outside [0, num_ids) gives a NaN row and is recorded into `bad`
 /// with `tag`; a position outside wpe's `positions` rows gives a NaN row.
-cudaError_t launch_embedding_fwd(const int64_t* idx,                          // (N)
-                                 const void* wte, const void* wpe,              // (>= num_ids, C), (positions, C)
-                                 const int64_t* start, int64_t positions,       // (B) or null
+cudaError_t launch_embedding_fwd(const int64_t* idx,                       // (N)
+                                 const void* wte, const void* wpe,         // (>= num_ids, C), (positions, C)
+                                 const int64_t* start, int64_t positions,  // (B) or null
                                  DType dtype, int64_t N, int64_t T, int64_t C, int64_t num_ids,
-                                 void* out,                         // (N, C)
+                                 void* out,  // (N, C)
                                  BadId* bad, int64_t tag, cudaStream_t stream);
 
 /// Records into `bad` (with `tag`) an id outside [0, num_ids) that is not `ignore_index` (when
@@ -44,13 +44,13 @@ int64_t embedding_bwd_tiles(int64_t N);
 /// dwte[v] = sum of dout[n] over the tokens with idx[n] == v, in position order (rows of ids outside
 /// [0, rows) are skipped; dwte must be zero beforehand, and rows of absent ids stay so); dwpe[t] = sum of
 /// dout[b * T + t] over b, in order.
-cudaError_t launch_embedding_bwd(const void* dout,                            // (N, C)
+cudaError_t launch_embedding_bwd(const void* dout,                                 // (N, C)
                                  const int64_t* sorted_ids, const int64_t* order,  // (N): ids sorted stably, and
-                                                                                 // the token each came from
-                                 DType dtype, int64_t N, int64_t T, int64_t C, int64_t rows,
-                                 float* head, float* tail,                    // (embedding_bwd_tiles(N), C)
-                                 void* dwte,                                  // (rows, C)
-                                 void* dwpe,                                  // (T, C)
+                                                                                   // the token each came from
+                                 DType dtype, int64_t N, int64_t T, int64_t C, int64_t rows, float* head,
+                                 float* tail,  // (embedding_bwd_tiles(N), C)
+                                 void* dwte,   // (rows, C)
+                                 void* dwpe,   // (T, C)
                                  cudaStream_t stream);
 
 }  // namespace llmtrain::kernels

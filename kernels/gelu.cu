@@ -65,11 +65,11 @@ cudaError_t launch(const void* a, const void* b, DType dtype, int64_t n, void* o
     const int64_t tiles = packed ? n / tile_elements<P>() : n / tile_elements<1>();
     const int64_t grid = std::clamp<int64_t>(tiles, 1, int64_t(1) << 16);
     if (packed)
-      gelu_kernel<T, P, kBackward><<<grid, kThreads, 0, stream>>>(static_cast<const T*>(a), static_cast<const T*>(b),
-                                                                  n, static_cast<T*>(out));
+      gelu_kernel<T, P, kBackward>
+          <<<grid, kThreads, 0, stream>>>(static_cast<const T*>(a), static_cast<const T*>(b), n, static_cast<T*>(out));
     else
-      gelu_kernel<T, 1, kBackward><<<grid, kThreads, 0, stream>>>(static_cast<const T*>(a), static_cast<const T*>(b),
-                                                                  n, static_cast<T*>(out));
+      gelu_kernel<T, 1, kBackward>
+          <<<grid, kThreads, 0, stream>>>(static_cast<const T*>(a), static_cast<const T*>(b), n, static_cast<T*>(out));
   };
   with_element_type(dtype, go);
   return cudaGetLastError();

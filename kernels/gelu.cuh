@@ -14,13 +14,13 @@ namespace llmtrain::kernels {
 /// y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) for n elements of `dtype`.
 cudaError_t launch_gelu_fwd(const void* x,  // (n) contiguous
                             DType dtype, int64_t n,
-                            void* y,        // (n)
+                            void* y,  // (n)
                             cudaStream_t stream);
 
 /// dx = dy * gelu'(x) for n elements of `dtype`.
 cudaError_t launch_gelu_bwd(const void* dy, const void* x,  // (n) each, contiguous
                             DType dtype, int64_t n,
-                            void* dx,                       // (n); may be dy itself
+                            void* dx,  // (n); may be dy itself
                             cudaStream_t stream);
 
 }  // namespace llmtrain::kernels

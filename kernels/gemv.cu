@@ -3,10 +3,10 @@
 // it begins), fetch the weight rows of their first turn into L2, and only then wait for the kernel
 // before to finish; in a chain of these products (a decode step) the next layer's weights load while
 // this one computes. After the wait each block stages its input rows in shared memory as the dtype
-// (warp m row m: x + delta, rounded as stored, then normalised in two passes over the staged row). Then each warp takes two weight rows
-// at a time: lane l reads packs l, l + 32, ... of both, four packs of each row in flight, and keeps
-// M x 2 float sums, added across the warp by shuffles at the end. The grid is capped at a few blocks an
-// SM, so that a wide layer (the classifier) pays the staging only a few times per SM.
+// (warp m row m: x + delta, rounded as stored, then normalised in two passes over the staged row). Then each warp takes
+// two weight rows at a time: lane l reads packs l, l + 32, ... of both, four packs of each row in flight, and keeps M x
+// 2 float sums, added across the warp by shuffles at the end. The grid is capped at a few blocks an SM, so that a wide
+// layer (the classifier) pays the staging only a few times per SM.
 #include <algorithm>
 #include <type_traits>
 
@@ -186,7 +186,9 @@ cudaError_t launch_gemv(const GemvArgs& a, cudaStream_t stream) {
                       static_cast<const E*>(a.bias),
                       a.gelu,
                       static_cast<E*>(a.y)};
-    const auto go = [&](auto kernel) { launched = launch_dependent(kernel, dim3(grid), dim3(kThreads), stage, stream, p); };
+    const auto go = [&](auto kernel) {
+      launched = launch_dependent(kernel, dim3(grid), dim3(kThreads), stage, stream, p);
+    };
     if (a.M == 1) {
       norm ? go(gemv_kernel<E, 1, true>) : go(gemv_kernel<E, 1, false>);
     } else if (a.M == 2) {

@@ -70,9 +70,9 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T, typename W, int P, int kV>
 __global__ void __launch_bounds__(kThreads)
     layer_norm_bwd_kernel(const T* __restrict__ dout, const T* __restrict__ h, const T* __restrict__ dh_in,
-                          const W* __restrict__ weight, const float* __restrict__ mean,
-                          const float* __restrict__ rstd, int64_t N, int C, T* __restrict__ dh,
-                          float* __restrict__ partial_dw, float* __restrict__ partial_db) {
+                          const W* __restrict__ weight, const float* __restrict__ mean, const float* __restrict__ rstd,
+                          int64_t N, int C, T* __restrict__ dh, float* __restrict__ partial_dw,
+                          float* __restrict__ partial_db) {
   constexpr int kCW = 32 * P * kV;  // the row as the lanes cover it
   extern __shared__ float rows[];   // (kWarps, kCW): each warp's row of dout * hhat, then of dout
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -259,8 +259,8 @@ cudaError_t launch_layer_norm_fwd(const void* x, const void* delta, const void* 
 }
 
 cudaError_t launch_layer_norm_bwd(const void* dout, const void* h, const void* dh_in, const void* weight,
-                                  const float* mean, const float* rstd, DType dtype, DType wdtype, int64_t N,
-                                  int64_t C, void* dh, float* partial_dw, float* partial_db, cudaStream_t stream) {
+                                  const float* mean, const float* rstd, DType dtype, DType wdtype, int64_t N, int64_t C,
+                                  void* dh, float* partial_dw, float* partial_db, cudaStream_t stream) {
   const bool aligned = all_aligned({dout, h, dh_in, weight, dh});
   cudaError_t setup = cudaSuccess;
   const cudaError_t launched = launch_typed(dtype, wdtype, N, C, aligned, [&](auto* t, auto* w, auto p, auto kv) {
@@ -270,8 +270,7 @@ cudaError_t launch_layer_norm_bwd(const void* dout, const void* h, const void* d
     const auto kernel = layer_norm_bwd_kernel<T, W, P, kV>;
     constexpr int smem = kWarps * 32 * P * kV * int(sizeof(float));
     if constexpr (smem > 48 * 1024) {  // wide rows: more than the default limit of shared memory
-      static const cudaError_t raised =
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+      static const cudaError_t raised = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
       if ((setup = raised) != cudaSuccess) return;
     }
     kernel<<<layer_norm_bwd_blocks(N), kThreads, smem, stream>>>(

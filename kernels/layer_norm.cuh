@@ -22,13 +22,13 @@ bool layer_norm_fits(DType dtype, int64_t C);
 /// h = x + delta (rounded to dtype, written to `h` when delta is given), out = (h - mean) * rstd *
 /// weight + bias per row; mean and rstd (float32) kept for backward. x, delta, h and out have dtype
 /// `dtype`; weight and bias `wdtype` (the same, or float32). Without delta, h is not written (may be null).
-cudaError_t launch_layer_norm_fwd(const void* x,                        // (N, C) contiguous
-                                  const void* delta,                    // (N, C) or null
+cudaError_t launch_layer_norm_fwd(const void* x,                         // (N, C) contiguous
+                                  const void* delta,                     // (N, C) or null
                                   const void* weight, const void* bias,  // (C)
                                   DType dtype, DType wdtype, int64_t N, int64_t C, float eps,
-                                  void* h,                              // (N, C), or null without delta
-                                  void* out,                            // (N, C)
-                                  float* mean, float* rstd,             // (N)
+                                  void* h,                   // (N, C), or null without delta
+                                  void* out,                 // (N, C)
+                                  float* mean, float* rstd,  // (N)
                                   cudaStream_t stream);
 
 /// The number of blocks launch_layer_norm_bwd uses for N rows: the rows of the partial-sum buffers.
@@ -37,12 +37,12 @@ int64_t layer_norm_bwd_blocks(int64_t N);
 /// dh = dh_in + rstd * (g - mean(g) - hhat * mean(g * hhat)) with g = dout * weight, hhat = (h - mean) *
 /// rstd (dh_in may be null: zero); partial_dw[b, c] and partial_db[b, c] = sums over block b's rows of
 /// dout * hhat and dout.
-cudaError_t launch_layer_norm_bwd(const void* dout, const void* h,      // (N, C): the normalised rows' input
-                                  const void* dh_in,                    // (N, C) or null
-                                  const void* weight,                   // (C)
+cudaError_t launch_layer_norm_bwd(const void* dout, const void* h,       // (N, C): the normalised rows' input
+                                  const void* dh_in,                     // (N, C) or null
+                                  const void* weight,                    // (C)
                                   const float* mean, const float* rstd,  // (N)
                                   DType dtype, DType wdtype, int64_t N, int64_t C,
-                                  void* dh,                             // (N, C)
+                                  void* dh,                              // (N, C)
                                   float* partial_dw, float* partial_db,  // (layer_norm_bwd_blocks(N), C)
                                   cudaStream_t stream);
 

@@ -11,28 +11,36 @@
 namespace llmtrain::kernels {
 namespace {
 
-#define LLMTRAIN_RETURN_IF_ERROR(expr)            \
-  do {                                            \
-    const cublasStatus_t status_ = (expr);        \
+#define LLMTRAIN_RETURN_IF_ERROR(expr)                    \
+  do {                                                    \
+    const cublasStatus_t status_ = (expr);                \
     if (status_ != CUBLAS_STATUS_SUCCESS) return status_; \
   } while (0)
 
 cudaDataType_t cuda_type(DType t) {
   switch (t) {
-    case DType::kFloat32: return CUDA_R_32F;
-    case DType::kBFloat16: return CUDA_R_16BF;
-    case DType::kFloat16: return CUDA_R_16F;
+    case DType::kFloat32:
+      return CUDA_R_32F;
+    case DType::kBFloat16:
+      return CUDA_R_16BF;
+    case DType::kFloat16:
+      return CUDA_R_16F;
   }
   return CUDA_R_32F;
 }
 
 cublasLtEpilogue_t lt_epilogue(Epilogue e) {
   switch (e) {
-    case Epilogue::kNone: return CUBLASLT_EPILOGUE_DEFAULT;
-    case Epilogue::kBias: return CUBLASLT_EPILOGUE_BIAS;
-    case Epilogue::kGeluAuxBias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-    case Epilogue::kDGeluBGrad: return CUBLASLT_EPILOGUE_DGELU_BGRAD;
-    case Epilogue::kBGradB: return CUBLASLT_EPILOGUE_BGRADB;
+    case Epilogue::kNone:
+      return CUBLASLT_EPILOGUE_DEFAULT;
+    case Epilogue::kBias:
+      return CUBLASLT_EPILOGUE_BIAS;
+    case Epilogue::kGeluAuxBias:
+      return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case Epilogue::kDGeluBGrad:
+      return CUBLASLT_EPILOGUE_DGELU_BGRAD;
+    case Epilogue::kBGradB:
+      return CUBLASLT_EPILOGUE_BGRADB;
   }
   return CUBLASLT_EPILOGUE_DEFAULT;
 }
@@ -59,14 +67,14 @@ cublasStatus_t make_plan(cublasLtHandle_t handle, const MatmulArgs& x, void* wor
   const cublasLtEpilogue_t epi = lt_epilogue(x.epilogue);
   LLMTRAIN_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
   if (x.epilogue != Epilogue::kNone) {
-    LLMTRAIN_RETURN_IF_ERROR(
-        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &t, sizeof t));
+    LLMTRAIN_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &t, sizeof t));
     LLMTRAIN_RETURN_IF_ERROR(
         cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &x.bias, sizeof x.bias));
   }
   if (x.epilogue == Epilogue::kGeluAuxBias || x.epilogue == Epilogue::kDGeluBGrad) {
     const int64_t ld = x.m;
-    LLMTRAIN_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
+    LLMTRAIN_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
     LLMTRAIN_RETURN_IF_ERROR(
         cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &x.aux, sizeof x.aux));
   }
@@ -123,8 +131,17 @@ std::map<std::pair<cublasLtHandle_t, Key>, Plan> g_plans;  // kept for the proce
 cublasStatus_t launch_matmul(cublasLtHandle_t handle, const MatmulArgs& x, void* workspace, size_t workspace_bytes,
                              cudaStream_t stream) {
   if (x.m == 0 || x.n == 0) return CUBLAS_STATUS_SUCCESS;
-  const Key key{x.m,       x.n,       x.k,   x.trans_a, x.trans_b,        x.lda, x.ldb, x.ldd, int(x.dtype),
-                int(x.epilogue), wide(x.a) | wide(x.b) << 1 | wide(x.d) << 2 | wide(x.aux) << 3 | wide(workspace) << 4};
+  const Key key{x.m,
+                x.n,
+                x.k,
+                x.trans_a,
+                x.trans_b,
+                x.lda,
+                x.ldb,
+                x.ldd,
+                int(x.dtype),
+                int(x.epilogue),
+                wide(x.a) | wide(x.b) << 1 | wide(x.d) << 2 | wide(x.aux) << 3 | wide(workspace) << 4};
   const std::lock_guard<std::mutex> lock(g_mu);
   auto [it, fresh] = g_plans.try_emplace({handle, key});
   Plan& p = it->second;

@@ -22,7 +22,7 @@ namespace llmtrain::testing {
 
 /// How a process ended.
 struct Outcome {
-  bool exited = false;     // by exit(), with `code`
+  bool exited = false;  // by exit(), with `code`
   int code = -1;
   int signal = 0;          // ended by this signal
   bool timed_out = false;  // killed at the time limit
@@ -38,7 +38,7 @@ struct Command {
   std::vector<std::string> argv;
   std::map<std::string, std::string> env;  // added to (or replacing) this process's environment
   std::string stdin_text;
-  std::string cwd;                         // empty: this process's
+  std::string cwd;  // empty: this process's
   int timeout_s = 300;
 };
 

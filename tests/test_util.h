@@ -99,10 +99,10 @@ inline bool data_required() {
   const char* v = std::getenv("LLMTRAIN_REQUIRE_DATA");
   return v && std::string(v) == "1";
 }
-#define LLMTRAIN_REQUIRE_DATA_DIR(dir)                                                        \
-  const std::string dir = ::llmtrain::testing::test_data_dir();                               \
-  if (dir.empty()) {                                                                          \
-    if (::llmtrain::testing::data_required()) FAIL() << "LLMTRAIN_DATA_DIR is not set";       \
+#define LLMTRAIN_REQUIRE_DATA_DIR(dir)                                                            \
+  const std::string dir = ::llmtrain::testing::test_data_dir();                                   \
+  if (dir.empty()) {                                                                              \
+    if (::llmtrain::testing::data_required()) FAIL() << "LLMTRAIN_DATA_DIR is not set";           \
     GTEST_SKIP() << "LLMTRAIN_DATA_DIR is not set (the shared data folder with gpt2/ and sotu/)"; \
   }
 
@@ -117,10 +117,8 @@ inline double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
 /// Checks autograd's gradient of the scalar f() with respect to `params` against central differences
 /// along random directions: one over all parameters at once, then one inside each parameter alone, so
 /// an error in one tensor cannot hide behind another. Parameters must be float64 and require grad.
-inline void expect_gradients_match(const std::function<torch::Tensor()>& f,
-                                   const std::vector<torch::Tensor>& params,
-                                   const std::vector<std::string>& names, double eps = 1e-6,
-                                   double rtol = 1e-6) {
+inline void expect_gradients_match(const std::function<torch::Tensor()>& f, const std::vector<torch::Tensor>& params,
+                                   const std::vector<std::string>& names, double eps = 1e-6, double rtol = 1e-6) {
   for (auto& p : params) p.mutable_grad() = torch::Tensor();
   f().backward();
   std::vector<torch::Tensor> grads;
@@ -137,8 +135,7 @@ inline void expect_gradients_match(const std::function<torch::Tensor()>& f,
       return value;
     };
     const double numeric = (shifted(eps) - shifted(-eps)) / (2 * eps);
-    EXPECT_NEAR(analytic, numeric, rtol * std::max(1.0, std::abs(numeric)))
-        << "directional derivative along " << what;
+    EXPECT_NEAR(analytic, numeric, rtol * std::max(1.0, std::abs(numeric))) << "directional derivative along " << what;
   };
 
   std::vector<torch::Tensor> all;

@@ -21,11 +21,17 @@ __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 template <typename T>
 __device__ __forceinline__ T from_float(float x);
 template <>
-__device__ __forceinline__ float from_float<float>(float x) { return x; }
+__device__ __forceinline__ float from_float<float>(float x) {
+  return x;
+}
 template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
 template <>
-__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+__device__ __forceinline__ __half from_float<__half>(float x) {
+  return __float2half_rn(x);
+}
 
 /// 16 bytes of T: the widest load one thread issues.
 template <typename T>
@@ -71,9 +77,15 @@ __host__ __device__ inline bool rows_aligned(const void* p, int64_t ld) {
 template <typename F>
 inline void with_element_type(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::kFloat32: f(static_cast<float*>(nullptr)); break;
-    case DType::kBFloat16: f(static_cast<__nv_bfloat16*>(nullptr)); break;
-    case DType::kFloat16: f(static_cast<__half*>(nullptr)); break;
+    case DType::kFloat32:
+      f(static_cast<float*>(nullptr));
+      break;
+    case DType::kBFloat16:
+      f(static_cast<__nv_bfloat16*>(nullptr));
+      break;
+    case DType::kFloat16:
+      f(static_cast<__half*>(nullptr));
+      break;
   }
 }
 
@@ -82,8 +94,8 @@ inline void with_element_type(DType dtype, F&& f) {
 /// ended). Such a kernel must run wait_for_previous_kernel() before it reads what the kernels before
 /// wrote or writes anything; what it does above that call (fetching constant weights) overlaps them.
 template <typename... Params, typename... Args>
-cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
-                             cudaStream_t stream, Args&&... args) {
+cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+                             Args&&... args) {
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr.val.programmaticStreamSerializationAllowed = 1;
@@ -98,7 +110,9 @@ cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, s
 }
 
 /// Lets the next kernel on the stream, if launched by launch_dependent, start its blocks now.
-__device__ __forceinline__ void let_dependents_start() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void let_dependents_start() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
 
 /// Waits until the kernels before this one on the stream have finished and their writes are visible
 /// (at once in a kernel not launched by launch_dependent).

@@ -12,14 +12,13 @@ namespace llmtrain::detail {
 
 void throw_cuda_error(int code, const char* expr, const char* file, int line) {
   const auto err = static_cast<cudaError_t>(code);
-  throw Error(str_cat("CUDA error ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ") from `",
-                      expr, "` at ", file, ":", line));
+  throw Error(str_cat("CUDA error ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ") from `", expr, "` at ",
+                      file, ":", line));
 }
 
 void throw_nccl_error(int code, const char* expr, const char* file, int line) {
   const auto res = static_cast<ncclResult_t>(code);
-  throw Error(str_cat("NCCL error ", code, " (", ncclGetErrorString(res), ") from `", expr, "` at ",
-                      file, ":", line));
+  throw Error(str_cat("NCCL error ", code, " (", ncclGetErrorString(res), ") from `", expr, "` at ", file, ":", line));
 }
 
 void throw_cublas_error(int code, const char* expr, const char* file, int line) {

@@ -330,8 +330,9 @@ void check_output(const std::string& path, const OutputOptions& o) {
   if (::lstat(path.c_str(), &st) != 0 || o.force) return;
   LLMTRAIN_CHECK(!S_ISLNK(st.st_mode), o.what, " ", path,
                  " is a symbolic link: name a real folder, or pass --force to replace the link");
-  LLMTRAIN_CHECK(S_ISDIR(st.st_mode), o.what, " ", path,
-                 " is an existing file, not a folder llmtrain wrote: choose another name, or pass --force to replace it");
+  LLMTRAIN_CHECK(
+      S_ISDIR(st.st_mode), o.what, " ", path,
+      " is an existing file, not a folder llmtrain wrote: choose another name, or pass --force to replace it");
   if (is_our_output(path)) return;
   DIR* d = ::opendir(path.c_str());
   LLMTRAIN_CHECK(d != nullptr, "cannot read ", path, ": ", errno_text(errno));

@@ -62,7 +62,8 @@ Json parse(std::string_view text, const std::string& source) {
   } catch (const Json::exception& e) {
     LLMTRAIN_CHECK(false, source, ": not valid JSON (", cut(e.what()), ")");
   }
-  LLMTRAIN_CHECK(twice.empty(), source, ": the key \"", cut(twice, 80), "\" is given twice (one of its values would be lost)");
+  LLMTRAIN_CHECK(twice.empty(), source, ": the key \"", cut(twice, 80),
+                 "\" is given twice (one of its values would be lost)");
   return doc;
 }
 

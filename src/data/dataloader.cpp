@@ -186,8 +186,8 @@ DataLoader::DataLoader(DataLoaderOptions options) : impl_(std::make_unique<Impl>
   for (const auto& f : d.files) {
     d.shards.emplace_back(f);
     const int64_t n = d.shards.back().num_tokens();
-    LLMTRAIN_CHECK(n >= o.seq_len + 1, "DataLoader: shard ", f, " holds ", n, " tokens, fewer than one window of seq_len + 1 = ",
-                   o.seq_len + 1);
+    LLMTRAIN_CHECK(n >= o.seq_len + 1, "DataLoader: shard ", f, " holds ", n,
+                   " tokens, fewer than one window of seq_len + 1 = ", o.seq_len + 1);
     int64_t w = (n - 1) / o.seq_len;
     if (d.batch_order()) {
       LLMTRAIN_CHECK(w >= d.group(), "DataLoader: shard ", f, " holds ", w, " windows of ", o.seq_len,

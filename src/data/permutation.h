@@ -13,7 +13,8 @@ namespace llmtrain::data::detail {
 /// Fisher-Yates in place, one draw per element but the first (as llm.c's random_permutation).
 template <class Engine>
 void shuffle_in_place(std::vector<int64_t>& p, Engine& rng) {
-  for (int64_t i = int64_t(p.size()) - 1; i > 0; --i) std::swap(p[size_t(i)], p[size_t(uint64_t(rng()) % uint64_t(i + 1))]);
+  for (int64_t i = int64_t(p.size()) - 1; i > 0; --i)
+    std::swap(p[size_t(i)], p[size_t(uint64_t(rng()) % uint64_t(i + 1))]);
 }
 
 inline std::vector<int64_t> identity(int64_t n) {
@@ -25,7 +26,8 @@ inline std::vector<int64_t> identity(int64_t n) {
 inline std::vector<int64_t> permutation(int64_t n, uint64_t seed, uint64_t a, uint64_t b, bool shuffle) {
   std::vector<int64_t> p = identity(n);
   if (!shuffle) return p;
-  std::seed_seq seq{uint32_t(seed), uint32_t(seed >> 32), uint32_t(a), uint32_t(a >> 32), uint32_t(b), uint32_t(b >> 32)};
+  std::seed_seq seq{uint32_t(seed),    uint32_t(seed >> 32), uint32_t(a),
+                    uint32_t(a >> 32), uint32_t(b),          uint32_t(b >> 32)};
   std::mt19937_64 rng(seq);
   shuffle_in_place(p, rng);
   return p;

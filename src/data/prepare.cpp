@@ -16,11 +16,11 @@
 #include <set>
 #include <thread>
 
+#include "../core/json.h"
+#include "jsonl.h"
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/fs.h"
 #include "llmtrain/data/shard.h"
-#include "../core/json.h"
-#include "jsonl.h"
 
 namespace llmtrain::data {
 namespace {
@@ -214,7 +214,8 @@ PrepareSummary prepare_shards(const tokenizer::Tokenizer& tok, const PrepareOpti
   LLMTRAIN_CHECK(!o.out_dir.empty(), "prepare_data: no output folder");
   LLMTRAIN_CHECK(o.val_fraction >= 0.0 && o.val_fraction < 1.0, "prepare_data: val_fraction ", o.val_fraction,
                  " is outside [0, 1)");
-  LLMTRAIN_CHECK(o.val_fraction == 0.0 || o.val_files.empty(), "prepare_data: give val_fraction or val_files, not both");
+  LLMTRAIN_CHECK(o.val_fraction == 0.0 || o.val_files.empty(),
+                 "prepare_data: give val_fraction or val_files, not both");
   LLMTRAIN_CHECK(o.shard_tokens > 0 && o.shard_tokens <= INT32_MAX, "prepare_data: shard_tokens ", o.shard_tokens,
                  " is outside [1, 2^31)");
   const auto eot = tok.eot_id();

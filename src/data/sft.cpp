@@ -1,9 +1,9 @@
 #include "llmtrain/data/sft.h"
 
-#include "sft_windows.h"
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/types.h"
 #include "permutation.h"
+#include "sft_windows.h"
 
 namespace llmtrain::data {
 
@@ -43,10 +43,13 @@ Batch SFTDataset::batch(const std::vector<Window>& windows) const {
       LLMTRAIN_CHECK(at + n <= T, "SFT: the examples of window ", b, " hold more than seq_len ", T, " tokens");
       std::copy(inputs_[size_t(i)].begin(), inputs_[size_t(i)].end(), out.inputs.data_ptr<int64_t>() + b * T + at);
       std::copy(targets_[size_t(i)].begin(), targets_[size_t(i)].end(), out.targets.data_ptr<int64_t>() + b * T + at);
-      if (o_.pack) std::iota(out.positions.data_ptr<int64_t>() + b * T + at, out.positions.data_ptr<int64_t>() + b * T + at + n, 0);
+      if (o_.pack)
+        std::iota(out.positions.data_ptr<int64_t>() + b * T + at, out.positions.data_ptr<int64_t>() + b * T + at + n,
+                  0);
       at += n;
     }
-    if (o_.pack) std::iota(out.positions.data_ptr<int64_t>() + b * T + at, out.positions.data_ptr<int64_t>() + (b + 1) * T, 0);
+    if (o_.pack)
+      std::iota(out.positions.data_ptr<int64_t>() + b * T + at, out.positions.data_ptr<int64_t>() + (b + 1) * T, 0);
   }
   return out;
 }

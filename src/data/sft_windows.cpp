@@ -29,8 +29,8 @@ SFTExamples read_sft_examples(const tokenizer::Tokenizer& tok, const SFTOptions&
     try {
       if (j->contains(o.prompt_field) || j->contains(o.completion_field)) {
         const auto p = string_field("SFT", *j, o.prompt_field, where, o.skip_bad_lines, w.skipped_lines);
-        const auto c = p ? string_field("SFT", *j, o.completion_field, where, o.skip_bad_lines, w.skipped_lines)
-                         : std::nullopt;
+        const auto c =
+            p ? string_field("SFT", *j, o.completion_field, where, o.skip_bad_lines, w.skipped_lines) : std::nullopt;
         if (!c) continue;
         prompt = tok.encode(*p);
         completion = tok.encode(*c);
@@ -75,7 +75,8 @@ std::vector<SFTWindow> pack_sft_windows(const std::vector<int64_t>& lengths, con
   for (const int64_t i : order) {
     LLMTRAIN_CHECK(i >= 0 && size_t(i) < lengths.size(), "SFT: example ", i, " is outside [0, ", lengths.size(), ")");
     const int64_t n = lengths[size_t(i)];
-    LLMTRAIN_CHECK(n >= 1 && n <= seq_len, "SFT: example ", i, " has ", n, " tokens, outside [1, seq_len ", seq_len, "]");
+    LLMTRAIN_CHECK(n >= 1 && n <= seq_len, "SFT: example ", i, " has ", n, " tokens, outside [1, seq_len ", seq_len,
+                   "]");
     if (!pack || used + n > seq_len) {
       windows.emplace_back();
       used = 0;

@@ -7,9 +7,9 @@
 #include <map>
 #include <string>
 
+#include "../core/json.h"
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/fs.h"
-#include "../core/json.h"
 
 namespace llmtrain::data {
 namespace {
@@ -101,8 +101,8 @@ Shard::Shard(const std::string& path) : path_(path) {
   const uint64_t body = size - uint64_t(kHeaderBytes);
   LLMTRAIN_CHECK(num_tokens_ >= 0 && body % uint64_t(bytes_per_token_) == 0 &&
                      body / uint64_t(bytes_per_token_) == uint64_t(num_tokens_),
-                 "shard ", path, ": header says ", num_tokens_, " tokens, file holds ", body / uint64_t(bytes_per_token_),
-                 body % uint64_t(bytes_per_token_) ? " and a part of one" : "");
+                 "shard ", path, ": header says ", num_tokens_, " tokens, file holds ",
+                 body / uint64_t(bytes_per_token_), body % uint64_t(bytes_per_token_) ? " and a part of one" : "");
 }
 
 Shard::~Shard() = default;
@@ -111,7 +111,8 @@ Shard& Shard::operator=(Shard&&) noexcept = default;
 
 void Shard::read(int64_t start, int64_t count, int64_t* out) const {
   LLMTRAIN_CHECK(start >= 0 && count >= 0 && start <= num_tokens_ && count <= num_tokens_ - start, "shard ", path_,
-                 ": tokens [", start, ", ", start >= 0 && count >= 0 && count <= INT64_MAX - start ? std::to_string(start + count) : "beyond 2^63",
+                 ": tokens [", start, ", ",
+                 start >= 0 && count >= 0 && count <= INT64_MAX - start ? std::to_string(start + count) : "beyond 2^63",
                  ") lie outside its ", num_tokens_, " tokens");
   const unsigned char* base = file_->data() + kHeaderBytes;
   if (bytes_per_token_ == 2) {

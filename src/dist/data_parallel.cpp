@@ -34,10 +34,8 @@ struct DataParallel::Impl {
   std::vector<ShardSlice> slices;
 
   void start(Bucket& b) {
-    if (sharded)
-      comm->start_reduce_scatter_avg(b.flat, b.grad_part);
-    else
-      comm->start_all_reduce_avg(b.flat);
+    if (sharded) comm->start_reduce_scatter_avg(b.flat, b.grad_part);
+    else comm->start_all_reduce_avg(b.flat);
   }
 
   void start_ready() {
@@ -57,7 +55,8 @@ struct DataParallel::Impl {
     if (!sync) return;
     adopt(i);
     Bucket& b = buckets[bucket_of[i]];
-    LLMTRAIN_CHECK(b.pending > 0, "DataParallel: a parameter got two synced gradients; call finish() after the "
+    LLMTRAIN_CHECK(b.pending > 0,
+                   "DataParallel: a parameter got two synced gradients; call finish() after the "
                    "backward of each set_sync(true)");
     if (--b.pending == 0) {
       const size_t before = next;

@@ -17,8 +17,7 @@ inline long env_long(const char* name, long fallback, long min = LONG_MIN, long 
   char* end = nullptr;
   errno = 0;
   const long n = std::strtol(v, &end, 10);
-  LLMTRAIN_CHECK(*v && *end == 0 && errno == 0, "the environment variable ", name, "=\"", v,
-                 "\" is not an integer");
+  LLMTRAIN_CHECK(*v && *end == 0 && errno == 0, "the environment variable ", name, "=\"", v, "\" is not an integer");
   LLMTRAIN_CHECK(n >= min && n <= max, "the environment variable ", name, "=", n, " is outside [", min, ", ", max, "]");
   return n;
 }

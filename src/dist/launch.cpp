@@ -36,11 +36,11 @@ int local_rank() {
 }
 
 std::shared_ptr<Communicator> from_environment() {
-  const long mpi_size =
-      std::max({env_long("OMPI_COMM_WORLD_SIZE", 0, 1, kMaxRanks), env_long("PMI_SIZE", 0, 1, kMaxRanks),
-                env_long("PMIX_SIZE", 0, 1, kMaxRanks)});
+  const long mpi_size = std::max({env_long("OMPI_COMM_WORLD_SIZE", 0, 1, kMaxRanks),
+                                  env_long("PMI_SIZE", 0, 1, kMaxRanks), env_long("PMIX_SIZE", 0, 1, kMaxRanks)});
   if (mpi_size > 1) {
-    LLMTRAIN_CHECK(mpi_available(), "this process is one of ", mpi_size, " ranks of an MPI launch, but llmtrain was "
+    LLMTRAIN_CHECK(mpi_available(), "this process is one of ", mpi_size,
+                   " ranks of an MPI launch, but llmtrain was "
                    "built without MPI (install an MPI, e.g. libopenmpi-dev, and configure again)");
     return MpiCommunicator::world();
   }

@@ -9,8 +9,8 @@
 #include <string>
 #include <utility>
 
-#include "llmtrain/config.h"
 #include "check.h"
+#include "llmtrain/config.h"
 #include "llmtrain/core/error.h"
 
 #if LLMTRAIN_WITH_MPI
@@ -34,12 +34,17 @@ std::pair<MPI_Datatype, torch::Tensor> wire(const torch::Tensor& t, const char* 
   LLMTRAIN_CHECK(t.device().is_cpu(), "MpiCommunicator::", what, ": the tensor is on ", t.device(),
                  "; MPI takes CPU tensors (NCCL takes CUDA ones)");
   switch (t.scalar_type()) {
-    case torch::kFloat: return {MPI_FLOAT, t.contiguous()};
-    case torch::kDouble: return {MPI_DOUBLE, t.contiguous()};
-    case torch::kLong: return {MPI_INT64_T, t.contiguous()};
+    case torch::kFloat:
+      return {MPI_FLOAT, t.contiguous()};
+    case torch::kDouble:
+      return {MPI_DOUBLE, t.contiguous()};
+    case torch::kLong:
+      return {MPI_INT64_T, t.contiguous()};
     case torch::kBFloat16:
-    case torch::kHalf: return {MPI_FLOAT, t.to(torch::kFloat)};
-    default: LLMTRAIN_CHECK(false, "MpiCommunicator::", what, ": no MPI type for ", t.scalar_type());
+    case torch::kHalf:
+      return {MPI_FLOAT, t.to(torch::kFloat)};
+    default:
+      LLMTRAIN_CHECK(false, "MpiCommunicator::", what, ": no MPI type for ", t.scalar_type());
   }
   return {};
 }
@@ -78,7 +83,8 @@ std::shared_ptr<MpiCommunicator> MpiCommunicator::world() {
   });
   return comm;
 #else
-  LLMTRAIN_CHECK(false, "MpiCommunicator: llmtrain was built without MPI (install an MPI, e.g. libopenmpi-dev, and "
+  LLMTRAIN_CHECK(false,
+                 "MpiCommunicator: llmtrain was built without MPI (install an MPI, e.g. libopenmpi-dev, and "
                  "configure again)");
   return nullptr;
 #endif

@@ -72,14 +72,22 @@ void check_nccl(ncclResult_t r, const char* what) {
 
 ncclDataType_t nccl_type(const torch::Tensor& t, const char* what) {
   switch (t.scalar_type()) {
-    case torch::kFloat: return ncclFloat32;
-    case torch::kDouble: return ncclFloat64;
-    case torch::kBFloat16: return ncclBfloat16;
-    case torch::kHalf: return ncclFloat16;
-    case torch::kLong: return ncclInt64;
-    case torch::kInt: return ncclInt32;
-    case torch::kByte: return ncclUint8;
-    default: LLMTRAIN_CHECK(false, "NcclCommunicator::", what, ": no NCCL type for ", t.scalar_type());
+    case torch::kFloat:
+      return ncclFloat32;
+    case torch::kDouble:
+      return ncclFloat64;
+    case torch::kBFloat16:
+      return ncclBfloat16;
+    case torch::kHalf:
+      return ncclFloat16;
+    case torch::kLong:
+      return ncclInt64;
+    case torch::kInt:
+      return ncclInt32;
+    case torch::kByte:
+      return ncclUint8;
+    default:
+      LLMTRAIN_CHECK(false, "NcclCommunicator::", what, ": no NCCL type for ", t.scalar_type());
   }
   return ncclFloat32;
 }
@@ -129,8 +137,8 @@ struct NcclCommunicator::State {
       while (!pending.empty()) {
         const cudaError_t q = cudaEventQuery(pending.front().done);
         if (q == cudaErrorNotReady) break;
-        if (q != cudaSuccess) fail(std::string("CUDA failed under NCCL ") + pending.front().what + ": " +
-                                   cudaGetErrorString(q));
+        if (q != cudaSuccess)
+          fail(std::string("CUDA failed under NCCL ") + pending.front().what + ": " + cudaGetErrorString(q));
         spare.push_back(pending.front().done);
         pending.pop_front();
       }
@@ -152,8 +160,8 @@ struct NcclCommunicator::State {
       done = spare.back();
       spare.pop_back();
     }
-    LLMTRAIN_CHECK(cudaEventRecord(done, stream->stream()) == cudaSuccess,
-                   "NcclCommunicator::", what, ": cannot record a CUDA event");
+    LLMTRAIN_CHECK(cudaEventRecord(done, stream->stream()) == cudaSuccess, "NcclCommunicator::", what,
+                   ": cannot record a CUDA event");
     pending.push_back({done, std::chrono::steady_clock::now(), what});
   }
 

@@ -49,10 +49,13 @@ torch::ScalarType sum_type(const torch::Tensor& t, const char* what) {
     case torch::kFloat:
     case torch::kDouble:
     case torch::kLong:
-    case torch::kInt: return t.scalar_type();
+    case torch::kInt:
+      return t.scalar_type();
     case torch::kBFloat16:
-    case torch::kHalf: return torch::kFloat;
-    default: LLMTRAIN_CHECK(false, "StoreCommunicator::", what, ": cannot sum ", t.scalar_type());
+    case torch::kHalf:
+      return torch::kFloat;
+    default:
+      LLMTRAIN_CHECK(false, "StoreCommunicator::", what, ": cannot sum ", t.scalar_type());
   }
   return torch::kFloat;
 }
@@ -135,8 +138,10 @@ struct StoreCommunicator::State {
       const size_t n = std::max<size_t>(1, (value.size() + kPiece - 1) / kPiece);
       for (size_t i = 0; i < n; ++i) {
         const size_t from = std::min(value.size(), i * kPiece), to = std::min(value.size(), from + kPiece);
-        call(what, [&] { store->set(prefix + name + "#" + std::to_string(i), Bytes(value.begin() + long(from),
-                                                                                 value.begin() + long(to))); });
+        call(what, [&] {
+          store->set(prefix + name + "#" + std::to_string(i),
+                     Bytes(value.begin() + long(from), value.begin() + long(to)));
+        });
       }
       const std::string count = std::to_string(n);
       call(what, [&] { store->set(prefix + name, Bytes(count.begin(), count.end())); });

@@ -106,8 +106,9 @@ struct Generator::Impl {
       } else {
         graph = std::make_unique<at::cuda::CUDAGraph>();
         try {
-          logits = detail::capture_graph(side, *graph, {0, 0}, "Generator: the decode step",
-                                         "generate with GeneratorOptions::cuda_graph false", [&] { return eager_step(); });
+          logits =
+              detail::capture_graph(side, *graph, {0, 0}, "Generator: the decode step",
+                                    "generate with GeneratorOptions::cuda_graph false", [&] { return eager_step(); });
         } catch (...) {
           graph.reset();
           throw;
@@ -143,9 +144,9 @@ std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vec
                    " is empty (give at least one token, e.g. end-of-text)");
     longest = std::max<int64_t>(longest, int64_t(prompts[b].size()));
   }
-  LLMTRAIN_CHECK(longest + std::max<int64_t>(max_new_tokens, 1) - 1 <= block, "generate: the longest prompt (",
-                 longest, " tokens) and ", max_new_tokens, " new ones need ",
-                 longest + std::max<int64_t>(max_new_tokens, 1) - 1, " positions; the model has block_size ", block);
+  LLMTRAIN_CHECK(longest + std::max<int64_t>(max_new_tokens, 1) - 1 <= block, "generate: the longest prompt (", longest,
+                 " tokens) and ", max_new_tokens, " new ones need ", longest + std::max<int64_t>(max_new_tokens, 1) - 1,
+                 " positions; the model has block_size ", block);
   std::vector<std::vector<int32_t>> out(static_cast<size_t>(B));
   if (max_new_tokens == 0) return out;
 
@@ -178,7 +179,8 @@ std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vec
 
   // Step s's tokens wait in host[s % 2] until ready[s % 2] has passed.
   torch::Tensor host[2];
-  for (auto& h : host) h = torch::empty({B}, torch::TensorOptions().dtype(torch::kLong).pinned_memory(device.is_cuda()));
+  for (auto& h : host)
+    h = torch::empty({B}, torch::TensorOptions().dtype(torch::kLong).pinned_memory(device.is_cuda()));
 #if LLMTRAIN_WITH_CUDA
   std::optional<at::cuda::CUDAEvent> ready[2];
   if (device.is_cuda())

@@ -6,10 +6,10 @@
 #include <memory>
 #include <set>
 
-#include "llmtrain/core/error.h"
-#include "llmtrain/core/fs.h"
 #include "../core/json.h"
 #include "hf_config.h"
+#include "llmtrain/core/error.h"
+#include "llmtrain/core/fs.h"
 #include "llmtrain/io/safetensors.h"
 
 namespace llmtrain::io {
@@ -59,8 +59,8 @@ struct Weights {
     for (const auto& p : paths) {
       files.push_back(std::make_unique<SafetensorsFile>(p));
       for (const auto& key : files.back()->names()) {
-        const std::string name = key.rfind("transformer.", 0) == 0 || key.rfind("lm_head.", 0) == 0 ? key
-                                                                                                    : "transformer." + key;
+        const std::string name =
+            key.rfind("transformer.", 0) == 0 || key.rfind("lm_head.", 0) == 0 ? key : "transformer." + key;
         const auto [it, fresh] = by_name.emplace(name, std::make_pair(files.back().get(), key));
         LLMTRAIN_CHECK(fresh, "Hugging Face folder ", dir, ": tensor ", name, " is in both ", it->second.first->path(),
                        " and ", p);
@@ -159,8 +159,9 @@ void save_hf_gpt2(nn::GPT2& model, const std::string& dir, const fs::OutputOptio
                        {"bos_token_id", eos},
                        {"eos_token_id", eos},
                        {"tie_word_embeddings", true},
-                       {"torch_dtype", dtype == torch::kBFloat16 ? "bfloat16" : dtype == torch::kHalf ? "float16"
-                                                                                                        : "float32"}};
+                       {"torch_dtype", dtype == torch::kBFloat16 ? "bfloat16"
+                                       : dtype == torch::kHalf   ? "float16"
+                                                                 : "float32"}};
   fs::write_dir_atomic(dir, "hf-gpt2", options, [&](const std::string& tmp) {
     save_safetensors(tmp + "/model.safetensors", tensors, {{"format", "pt"}});
     fs::write_file_atomic(tmp + "/config.json", config.dump(2) + "\n");

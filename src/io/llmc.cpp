@@ -13,7 +13,7 @@ namespace llmtrain::io {
 namespace {
 
 // The GPT-2's tensors after wte and wpe, each holding all layers, in file order.
-const char* const kLayerTensors[] = {"ln_1.weight",       "ln_1.bias",       "attn.c_attn.weight", "attn.c_attn.bias",
+const char* const kLayerTensors[] = {"ln_1.weight",        "ln_1.bias",        "attn.c_attn.weight", "attn.c_attn.bias",
                                      "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
                                      "mlp.c_fc.weight",    "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
 
@@ -52,9 +52,22 @@ nn::GPT2 load_llmc_gpt2(const std::string& path) {
   const nn::GPT2Config cfg = config_of(h);
   const int64_t T = cfg.block_size(), V = cfg.vocab_size(), L = cfg.n_layer(), C = cfg.n_embd();
   // The 16 tensors' shapes, in file order: wte (padded its own way), wpe, kLayerTensors, ln_f.
-  const std::vector<std::vector<int64_t>> shapes = {
-      {h.padded_vocab_size, C}, {T, C}, {L, C}, {L, C}, {L, 3 * C, C}, {L, 3 * C}, {L, C, C}, {L, C},
-      {L, C},                   {L, C}, {L, 4 * C, C}, {L, 4 * C}, {L, C, 4 * C}, {L, C}, {C}, {C}};
+  const std::vector<std::vector<int64_t>> shapes = {{h.padded_vocab_size, C},
+                                                    {T, C},
+                                                    {L, C},
+                                                    {L, C},
+                                                    {L, 3 * C, C},
+                                                    {L, 3 * C},
+                                                    {L, C, C},
+                                                    {L, C},
+                                                    {L, C},
+                                                    {L, C},
+                                                    {L, 4 * C, C},
+                                                    {L, 4 * C},
+                                                    {L, C, 4 * C},
+                                                    {L, C},
+                                                    {C},
+                                                    {C}};
   const auto count = [](const std::vector<int64_t>& s) {
     int64_t n = 1;
     for (int64_t d : s) n *= d;  // within num_parameters, which the header check bounded
@@ -62,9 +75,9 @@ nn::GPT2 load_llmc_gpt2(const std::string& path) {
   };
   const torch::ScalarType dtype = h.version == 3 ? torch::kFloat : torch::kBFloat16;
   // A read-only view of the mapping, copied into the model below (bfloat16: converted first).
-  const torch::Tensor all = torch::from_blob(file.data() + detail::kLlmcHeaderBytes, {h.num_parameters},
-                                             torch::TensorOptions().dtype(dtype))
-                                .to(torch::kFloat);
+  const torch::Tensor all =
+      torch::from_blob(file.data() + detail::kLlmcHeaderBytes, {h.num_parameters}, torch::TensorOptions().dtype(dtype))
+          .to(torch::kFloat);
   std::vector<torch::Tensor> t;
   int64_t at = 0;
   for (const auto& s : shapes) {

@@ -53,8 +53,9 @@ SafetensorsFile::~SafetensorsFile() = default;
 std::vector<std::string> SafetensorsFile::names() const {
   std::vector<std::string> out;
   for (const auto& [name, e] : entries_) out.push_back(name);
-  std::stable_sort(out.begin(), out.end(),
-                   [&](const std::string& a, const std::string& b) { return entries_.at(a).begin < entries_.at(b).begin; });
+  std::stable_sort(out.begin(), out.end(), [&](const std::string& a, const std::string& b) {
+    return entries_.at(a).begin < entries_.at(b).begin;
+  });
   return out;
 }
 
@@ -77,7 +78,8 @@ torch::Tensor SafetensorsFile::get(const std::string& name) const {
     return t;
   }
   std::shared_ptr<fs::MappedFile> keep = map_;
-  return torch::from_blob(p, e.shape, [keep](void*) mutable { keep.reset(); }, opts);
+  return torch::from_blob(
+      p, e.shape, [keep](void*) mutable { keep.reset(); }, opts);
 }
 
 void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
@@ -88,8 +90,8 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   std::set<std::string> seen;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
-    LLMTRAIN_CHECK(name != "__metadata__" && !name.empty(), "safetensors ", path, ": ", name.empty() ? "an empty" : name,
-                   " is not a tensor name");
+    LLMTRAIN_CHECK(name != "__metadata__" && !name.empty(), "safetensors ", path, ": ",
+                   name.empty() ? "an empty" : name, " is not a tensor name");
     LLMTRAIN_CHECK(seen.insert(name).second, "safetensors ", path, ": tensor ", name, " is given twice");
     LLMTRAIN_CHECK(t.defined(), "safetensors ", path, ": tensor ", name, " is undefined");
     const char* dtype = dtype_name(t.scalar_type());

@@ -38,7 +38,8 @@ SafetensorsHeader parse_safetensors_header(const std::string& path, const unsign
       continue;
     }
     const std::string where = "safetensors " + path + ": tensor " + name;
-    LLMTRAIN_CHECK(v.is_object(), where, ": expected an object with dtype, shape and data_offsets, got ", json::excerpt(v));
+    LLMTRAIN_CHECK(v.is_object(), where, ": expected an object with dtype, shape and data_offsets, got ",
+                   json::excerpt(v));
     const json::Object t(v, where);
     SafetensorsEntry e;
     e.dtype = t.string("dtype");
@@ -52,7 +53,8 @@ SafetensorsHeader parse_safetensors_header(const std::string& path, const unsign
       LLMTRAIN_CHECK(d.is_number_unsigned(), where, ": shape ", json::excerpt(shape), " holds ", json::excerpt(d),
                      ", not a size");
       const uint64_t s = d.get<uint64_t>();
-      LLMTRAIN_CHECK(s == 0 || numel <= data_size / s, where, ": shape ", json::excerpt(shape), " is larger than the file");
+      LLMTRAIN_CHECK(s == 0 || numel <= data_size / s, where, ": shape ", json::excerpt(shape),
+                     " is larger than the file");
       numel *= s;
       e.shape.push_back(int64_t(s));
     }

@@ -10,8 +10,8 @@
 namespace llmtrain::io::detail {
 
 struct SafetensorsEntry {
-  std::string dtype;         // "F32", "F16" or "BF16"
-  int element_size = 0;      // bytes
+  std::string dtype;     // "F32", "F16" or "BF16"
+  int element_size = 0;  // bytes
   std::vector<int64_t> shape;
   uint64_t begin = 0, end = 0;  // bytes, from the start of the data
   int64_t numel = 0;

@@ -11,8 +11,8 @@
 #include "llmtrain/core/error.h"
 #include "llmtrain/ops/attention.h"
 #include "llmtrain/ops/cross_entropy.h"
-#include "llmtrain/ops/embedding.h"
 #include "llmtrain/ops/dispatch.h"
+#include "llmtrain/ops/embedding.h"
 #include "llmtrain/ops/layer_norm.h"
 #include "llmtrain/ops/linear.h"
 #include "llmtrain/ops/mlp.h"
@@ -58,12 +58,13 @@ void CausalSelfAttentionImpl::reset() {
   c_proj = register_module("c_proj", make_linear(cfg.n_embd(), cfg.n_embd()));
 }
 
-torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x, const LayerCache* cache, const torch::Tensor& mask) {
+torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x, const LayerCache* cache,
+                                               const torch::Tensor& mask) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
   const int64_t H = cfg.n_head(), D = cfg.head_dim();
   const auto qkv = ops::linear(x, c_attn->weight, c_attn->bias);  // (B, T, 3C)
-  const auto parts = qkv.split(C, /*dim=*/-1);                     // 3 x (B, T, C)
-  const auto heads = [&](const torch::Tensor& t) {                 // (B, T, C) -> (B, H, T, D)
+  const auto parts = qkv.split(C, /*dim=*/-1);                    // 3 x (B, T, C)
+  const auto heads = [&](const torch::Tensor& t) {                // (B, T, C) -> (B, H, T, D)
     return t.view({B, T, H, D}).transpose(1, 2);
   };
   const auto q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
@@ -108,7 +109,8 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
 }
 
 std::pair<torch::Tensor, torch::Tensor> BlockImpl::forward_residual(const torch::Tensor& x, const torch::Tensor& delta,
-                                                                    const LayerCache* cache, const torch::Tensor& mask) {
+                                                                    const LayerCache* cache,
+                                                                    const torch::Tensor& mask) {
   if (cache && cache->positions.defined()) return decode_residual(x, delta, *cache);
   const auto [in, a] = add_norm(ln_1, x, delta);  // in = x + delta, a = ln_1(in)
   const auto [h, m] = add_norm(ln_2, in, attn->forward(a, cache, mask));
@@ -126,8 +128,8 @@ std::pair<torch::Tensor, torch::Tensor> BlockImpl::decode_residual(const torch::
   const auto [in, qkv] = ops::norm_linear(x, delta, ln_1->weight, ln_1->bias, ln_1->options.eps(), sa.c_attn->weight,
                                           sa.c_attn->bias, /*gelu=*/false);
   const auto y = ops::decode_attention(qkv.view({B, 3 * C}), cache.k, cache.v, cache.positions).view({B, 1, C});
-  const auto [h, f] = ops::norm_linear(in, ops::linear(y, sa.c_proj->weight, sa.c_proj->bias), ln_2->weight,
-                                       ln_2->bias, ln_2->options.eps(), ff.c_fc->weight, ff.c_fc->bias, /*gelu=*/true);
+  const auto [h, f] = ops::norm_linear(in, ops::linear(y, sa.c_proj->weight, sa.c_proj->bias), ln_2->weight, ln_2->bias,
+                                       ln_2->options.eps(), ff.c_fc->weight, ff.c_fc->bias, /*gelu=*/true);
   return {h, ops::linear(f, ff.c_proj->weight, ff.c_proj->bias)};
 }
 
@@ -219,17 +221,17 @@ torch::Tensor GPT2Impl::padded_logits(const torch::Tensor& idx, const torch::Ten
                                       const torch::Tensor& position_ids) {
   LLMTRAIN_CHECK(idx.dim() == 2, "GPT2: idx must be (B, T), got shape ", idx.sizes());
   LLMTRAIN_CHECK(idx.scalar_type() == torch::kLong, "GPT2: idx must be int64, got ", idx.scalar_type());
-  LLMTRAIN_CHECK(idx.size(1) >= 1 && idx.size(1) <= cfg.block_size(), "GPT2: sequence length ",
-                 idx.size(1), " is outside [1, block_size ", cfg.block_size(), "]");
+  LLMTRAIN_CHECK(idx.size(1) >= 1 && idx.size(1) <= cfg.block_size(), "GPT2: sequence length ", idx.size(1),
+                 " is outside [1, block_size ", cfg.block_size(), "]");
   auto& ids = transformer->ids;
   ids.raise(/*wait=*/false);  // a bad id that an earlier forward on the GPU found
   if (targets.defined()) {
-    LLMTRAIN_CHECK(targets.sizes() == idx.sizes(), "GPT2: targets must have the shape of idx ",
-                   idx.sizes(), ", got ", targets.sizes());
-    LLMTRAIN_CHECK(targets.scalar_type() == torch::kLong, "GPT2: targets must be int64, got ",
-                   targets.scalar_type());
+    LLMTRAIN_CHECK(targets.sizes() == idx.sizes(), "GPT2: targets must have the shape of idx ", idx.sizes(), ", got ",
+                   targets.sizes());
+    LLMTRAIN_CHECK(targets.scalar_type() == torch::kLong, "GPT2: targets must be int64, got ", targets.scalar_type());
     ids.check(targets, "targets", cfg.vocab_size(), kIgnoreIndex);
-    if (!ops::cuda_kernel_enabled(ops::Kernel::kCrossEntropy)) ids.raise();  // ATen's loss asserts on a bad id, on the device
+    if (!ops::cuda_kernel_enabled(ops::Kernel::kCrossEntropy))
+      ids.raise();  // ATen's loss asserts on a bad id, on the device
   }
   if (position_ids.defined()) {
     LLMTRAIN_CHECK(position_ids.sizes() == idx.sizes() && position_ids.scalar_type() == torch::kLong &&
@@ -240,16 +242,17 @@ torch::Tensor GPT2Impl::padded_logits(const torch::Tensor& idx, const torch::Ten
     if (!position_ids.is_cuda() && position_ids.numel() > 0) {
       const auto steps = position_ids.narrow(1, 1, idx.size(1) - 1) - position_ids.narrow(1, 0, idx.size(1) - 1);
       const auto next = position_ids.narrow(1, 1, idx.size(1) - 1);
-      LLMTRAIN_CHECK(position_ids.select(1, 0).eq(0).all().item<bool>() &&
-                         (steps.eq(1) | next.eq(0)).all().item<bool>(),
-                     "GPT2: position_ids must count 0, 1, 2, ... within each document of a row, starting at 0");
+      LLMTRAIN_CHECK(
+          position_ids.select(1, 0).eq(0).all().item<bool>() && (steps.eq(1) | next.eq(0)).all().item<bool>(),
+          "GPT2: position_ids must count 0, 1, 2, ... within each document of a row, starting at 0");
     }
   }
   const torch::Tensor x = transformer->forward(idx, nullptr, {}, position_ids);  // (B, T, C)
-  return torch::nn::functional::linear(x, transformer->wte->weight);         // (B, T, padded V)
+  return torch::nn::functional::linear(x, transformer->wte->weight);             // (B, T, padded V)
 }
 
-GPT2Output GPT2Impl::forward(const torch::Tensor& idx, const torch::Tensor& targets, const torch::Tensor& position_ids) {
+GPT2Output GPT2Impl::forward(const torch::Tensor& idx, const torch::Tensor& targets,
+                             const torch::Tensor& position_ids) {
   const torch::Tensor padded = padded_logits(idx, targets, position_ids);
   GPT2Output out;
   out.logits = padded.narrow(-1, 0, cfg.vocab_size());  // (B, T, V)
@@ -260,7 +263,8 @@ GPT2Output GPT2Impl::forward(const torch::Tensor& idx, const torch::Tensor& targ
   return out;
 }
 
-torch::Tensor GPT2Impl::loss(const torch::Tensor& idx, const torch::Tensor& targets, const torch::Tensor& position_ids) {
+torch::Tensor GPT2Impl::loss(const torch::Tensor& idx, const torch::Tensor& targets,
+                             const torch::Tensor& position_ids) {
   LLMTRAIN_CHECK(targets.defined(), "GPT2::loss: targets are required");
   const torch::Tensor padded = padded_logits(idx, targets, position_ids);
   return ops::cross_entropy(padded.flatten(0, 1), targets.flatten(), kIgnoreIndex, cfg.vocab_size(),
@@ -298,7 +302,7 @@ torch::Tensor GPT2Impl::prefill(const torch::Tensor& idx, const torch::Tensor& l
                  "GPT2::prefill: every length must lie in [1, ", T, "]");
   torch::NoGradGuard no_grad;
   transformer->ids.raise(/*wait=*/false);
-  const torch::Tensor x = transformer(idx, &cache);                                      // (B, T, C)
+  const torch::Tensor x = transformer(idx, &cache);                                                    // (B, T, C)
   const torch::Tensor last = x.gather(1, (lengths - 1).view({B, 1, 1}).expand({B, 1, C})).squeeze(1);  // (B, C)
   return torch::nn::functional::linear(last, transformer->wte->weight).narrow(-1, 0, cfg.vocab_size());
 }
@@ -307,16 +311,17 @@ torch::Tensor GPT2Impl::decode(const torch::Tensor& idx, const torch::Tensor& po
   LLMTRAIN_CHECK(idx.dim() == 1 && idx.scalar_type() == torch::kLong, "GPT2::decode: idx must be (B) int64, got ",
                  idx.sizes(), " ", idx.scalar_type());
   const int64_t B = idx.size(0);
-  LLMTRAIN_CHECK(positions.sizes() == idx.sizes() && positions.scalar_type() == torch::kLong &&
-                     positions.device() == idx.device(),
-                 "GPT2::decode: positions must be (", B, ") int64 on ", idx.device(), ", got ", positions.sizes(), " ",
-                 positions.scalar_type(), " on ", positions.device());
+  LLMTRAIN_CHECK(
+      positions.sizes() == idx.sizes() && positions.scalar_type() == torch::kLong && positions.device() == idx.device(),
+      "GPT2::decode: positions must be (", B, ") int64 on ", idx.device(), ", got ", positions.sizes(), " ",
+      positions.scalar_type(), " on ", positions.device());
   check_cache(cfg, cache, B, idx.device(), "decode");
   torch::NoGradGuard no_grad;
   const auto [x, delta] = transformer->forward_residual(idx.view({B, 1}), &cache, positions);  // (B, 1, C) each
   const auto& ln = transformer->ln_f;
-  const auto logits = ops::norm_linear(x, delta, ln->weight, ln->bias, ln->options.eps(), transformer->wte->weight,
-                                       {}, /*gelu=*/false).second;  // (B, 1, padded V)
+  const auto logits =
+      ops::norm_linear(x, delta, ln->weight, ln->bias, ln->options.eps(), transformer->wte->weight, {}, /*gelu=*/false)
+          .second;  // (B, 1, padded V)
   return logits.view({B, -1}).narrow(-1, 0, cfg.vocab_size());
 }
 

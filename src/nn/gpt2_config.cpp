@@ -23,9 +23,7 @@ GPT2Config GPT2Config::preset(const std::string& name) {
   return {};
 }
 
-std::vector<std::string> GPT2Config::preset_names() {
-  return {"tiny", "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"};
-}
+std::vector<std::string> GPT2Config::preset_names() { return {"tiny", "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"}; }
 
 int64_t GPT2Config::padded_vocab_size() const {
   return (vocab_size() + kVocabMultiple - 1) / kVocabMultiple * kVocabMultiple;
@@ -34,22 +32,22 @@ int64_t GPT2Config::padded_vocab_size() const {
 std::vector<std::pair<std::string, std::vector<int64_t>>> GPT2Config::parameter_shapes() const {
   const int64_t C = n_embd();
   std::vector<std::pair<std::string, std::vector<int64_t>>> out = {{"transformer.wte.weight", {padded_vocab_size(), C}},
-                                                                    {"transformer.wpe.weight", {block_size(), C}}};
+                                                                   {"transformer.wpe.weight", {block_size(), C}}};
   for (int64_t l = 0; l < n_layer(); ++l) {
     const std::string h = "transformer.h." + std::to_string(l) + ".";
-    for (const auto& [name, shape] : std::vector<std::pair<const char*, std::vector<int64_t>>>{
-             {"ln_1.weight", {C}},
-             {"ln_1.bias", {C}},
-             {"attn.c_attn.weight", {3 * C, C}},
-             {"attn.c_attn.bias", {3 * C}},
-             {"attn.c_proj.weight", {C, C}},
-             {"attn.c_proj.bias", {C}},
-             {"ln_2.weight", {C}},
-             {"ln_2.bias", {C}},
-             {"mlp.c_fc.weight", {4 * C, C}},
-             {"mlp.c_fc.bias", {4 * C}},
-             {"mlp.c_proj.weight", {C, 4 * C}},
-             {"mlp.c_proj.bias", {C}}})
+    for (const auto& [name, shape] :
+         std::vector<std::pair<const char*, std::vector<int64_t>>>{{"ln_1.weight", {C}},
+                                                                   {"ln_1.bias", {C}},
+                                                                   {"attn.c_attn.weight", {3 * C, C}},
+                                                                   {"attn.c_attn.bias", {3 * C}},
+                                                                   {"attn.c_proj.weight", {C, C}},
+                                                                   {"attn.c_proj.bias", {C}},
+                                                                   {"ln_2.weight", {C}},
+                                                                   {"ln_2.bias", {C}},
+                                                                   {"mlp.c_fc.weight", {4 * C, C}},
+                                                                   {"mlp.c_fc.bias", {4 * C}},
+                                                                   {"mlp.c_proj.weight", {C, 4 * C}},
+                                                                   {"mlp.c_proj.bias", {C}}})
       out.emplace_back(h + name, shape);
   }
   out.push_back({"transformer.ln_f.weight", {C}});

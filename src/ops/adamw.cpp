@@ -43,9 +43,9 @@ at::Tensor stochastic_bf16(const at::Tensor& master, uint64_t key) {
   const at::Tensor index = at::arange(1, w.numel() + 1, i64).view(w.sizes());
   const at::Tensor r = shr(mix(index.mul(int64_t(0x9e3779b97f4a7c15ull)).add_(int64_t(key))), 48);
   const at::Tensor u = w.view(at::kInt).to(at::kLong).bitwise_and_(int64_t(0xffffffff));  // the float's bits
-  at::Tensor bits = shr(u.add_(r), 16);                                                      // 0 .. 65535
-  bits = bits.sub_(bits.ge(32768).to(at::kLong).mul_(65536)).to(at::kShort);               // as int16
-  return at::where(w.isfinite(), bits.view(at::kBFloat16), w.to(at::kBFloat16));  // inf, NaN: to nearest
+  at::Tensor bits = shr(u.add_(r), 16);                                                   // 0 .. 65535
+  bits = bits.sub_(bits.ge(32768).to(at::kLong).mul_(65536)).to(at::kShort);              // as int16
+  return at::where(w.isfinite(), bits.view(at::kBFloat16), w.to(at::kBFloat16));          // inf, NaN: to nearest
 }
 
 }  // namespace
@@ -57,7 +57,8 @@ uint64_t round_key(const AdamWHyper& h, size_t index) {
 at::Tensor grad_norm_scale(const std::vector<at::Tensor>& grads, double inv_scale, double max_norm) {
   check_grads(grads);
 #if LLMTRAIN_WITH_CUDA
-  if (cuda_kernel_enabled(Kernel::kAdamW) && grads[0].is_cuda()) return cuda::grad_norm_scale(grads, inv_scale, max_norm);
+  if (cuda_kernel_enabled(Kernel::kAdamW) && grads[0].is_cuda())
+    return cuda::grad_norm_scale(grads, inv_scale, max_norm);
 #endif
   std::vector<at::Tensor> norms;
   for (const auto& g : grads) norms.push_back(g.to(at::kFloat).norm());
@@ -101,8 +102,8 @@ void adamw_step(const std::vector<at::Tensor>& masters, const std::vector<at::Te
     shape_of(exp_avg_sqs[i], "exp_avg_sqs");
     if (!params.empty()) {
       shape_of(params[i], "params");
-      LLMTRAIN_CHECK(params[i].scalar_type() == at::kBFloat16, "adamw_step: params[", i,
-                     "] must be bfloat16, got ", params[i].scalar_type());
+      LLMTRAIN_CHECK(params[i].scalar_type() == at::kBFloat16, "adamw_step: params[", i, "] must be bfloat16, got ",
+                     params[i].scalar_type());
     }
   }
   if (n == 0) return;

@@ -6,8 +6,8 @@
 
 #include <cstring>
 
-#include "kernels/adamw.cuh"
 #include "adamw_cuda.h"
+#include "kernels/adamw.cuh"
 #include "llmtrain/core/cuda_check.h"
 #include "llmtrain/core/error.h"
 
@@ -98,11 +98,10 @@ void adamw_step(const std::vector<at::Tensor>& masters, const std::vector<at::Te
                  "adamw_step: norm_scale must be a contiguous float32 CUDA tensor");
   const Table t = upload(table, masters[0].device());
   const double bc1 = 1 - std::pow(h.beta1, double(h.step)), bc2 = 1 - std::pow(h.beta2, double(h.step));
-  LLMTRAIN_CUDA_CHECK(kernels::launch_adamw(t.tensors, t.chunks, t.num_chunks,
-                                            kernel_dtype(grads[0], "optimizer kernels: gradients"), float(h.lr),
-                                            float(h.beta1), float(h.beta2), float(h.eps), float(bc1), float(bc2),
-                                            norm_scale.data_ptr<float>() + 1, h.stochastic_rounding,
-                                            at::cuda::getCurrentCUDAStream()));
+  LLMTRAIN_CUDA_CHECK(
+      kernels::launch_adamw(t.tensors, t.chunks, t.num_chunks, kernel_dtype(grads[0], "optimizer kernels: gradients"),
+                            float(h.lr), float(h.beta1), float(h.beta2), float(h.eps), float(bc1), float(bc2),
+                            norm_scale.data_ptr<float>() + 1, h.stochastic_rounding, at::cuda::getCurrentCUDAStream()));
 }
 
 }  // namespace llmtrain::ops::cuda

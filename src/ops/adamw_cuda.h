@@ -3,8 +3,8 @@
 
 #include <vector>
 
-#include "llmtrain/ops/adamw.h"
 #include "cuda_common.h"
+#include "llmtrain/ops/adamw.h"
 
 namespace llmtrain::ops::cuda {
 

@@ -15,12 +15,11 @@ namespace llmtrain::ops {
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout_p,
                      const at::Tensor& mask) {
   LLMTRAIN_CHECK(q.dim() == 4, "attention: q must be (B, H, T, D), got ", q.sizes());
-  LLMTRAIN_CHECK(k.sizes() == q.sizes() && v.sizes() == q.sizes(),
-                 "attention: k and v must match q ", q.sizes(), ", got k ", k.sizes(), " and v ",
-                 v.sizes());
-  LLMTRAIN_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, "attention: dropout_p must be in [0, 1), got ",
-                 dropout_p);
-  if (!mask.defined()) return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout_p, /*is_causal=*/true);
+  LLMTRAIN_CHECK(k.sizes() == q.sizes() && v.sizes() == q.sizes(), "attention: k and v must match q ", q.sizes(),
+                 ", got k ", k.sizes(), " and v ", v.sizes());
+  LLMTRAIN_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, "attention: dropout_p must be in [0, 1), got ", dropout_p);
+  if (!mask.defined())
+    return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout_p, /*is_causal=*/true);
   const int64_t B = q.size(0), T = q.size(2);
   LLMTRAIN_CHECK(mask.dim() == 4 && mask.size(0) == B && mask.size(1) == 1 && mask.size(2) == T && mask.size(3) == T &&
                      mask.scalar_type() == at::kBool && mask.device() == q.device(),
@@ -31,22 +30,23 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 
 at::Tensor document_mask(const at::Tensor& positions) {
   LLMTRAIN_CHECK(positions.dim() == 2 && positions.scalar_type() == at::kLong,
-                 "document_mask: positions must be (B, T) int64, got ", positions.sizes(), " ", positions.scalar_type());
+                 "document_mask: positions must be (B, T) int64, got ", positions.sizes(), " ",
+                 positions.scalar_type());
   const int64_t T = positions.size(1);
-  const at::Tensor t = at::arange(T, positions.options());                  // (T)
+  const at::Tensor t = at::arange(T, positions.options());  // (T)
   const at::Tensor query = t.view({1, T, 1}), key = t.view({1, 1, T});
-  const at::Tensor first = (t.view({1, T}) - positions).unsqueeze(2);       // (B, T, 1): where t's document starts
-  return key.le(query).logical_and(key.ge(first)).unsqueeze(1);             // (B, 1, T, T)
+  const at::Tensor first = (t.view({1, T}) - positions).unsqueeze(2);  // (B, T, 1): where t's document starts
+  return key.le(query).logical_and(key.ge(first)).unsqueeze(1);        // (B, 1, T, T)
 }
 
 at::Tensor decode_attention(const at::Tensor& qkv, const at::Tensor& k_cache, const at::Tensor& v_cache,
                             const at::Tensor& positions) {
   LLMTRAIN_CHECK(k_cache.dim() == 4 && v_cache.sizes() == k_cache.sizes(),
-                 "decode_attention: k_cache and v_cache must be one (B, H, S, D) shape, got ", k_cache.sizes(),
-                 " and ", v_cache.sizes());
+                 "decode_attention: k_cache and v_cache must be one (B, H, S, D) shape, got ", k_cache.sizes(), " and ",
+                 v_cache.sizes());
   const int64_t B = k_cache.size(0), H = k_cache.size(1), S = k_cache.size(2), D = k_cache.size(3), C = H * D;
-  LLMTRAIN_CHECK(qkv.dim() == 2 && qkv.size(0) == B && qkv.size(1) == 3 * C, "decode_attention: qkv must be (", B,
-                 ", ", 3 * C, ") for caches ", k_cache.sizes(), ", got ", qkv.sizes());
+  LLMTRAIN_CHECK(qkv.dim() == 2 && qkv.size(0) == B && qkv.size(1) == 3 * C, "decode_attention: qkv must be (", B, ", ",
+                 3 * C, ") for caches ", k_cache.sizes(), ", got ", qkv.sizes());
   LLMTRAIN_CHECK(positions.dim() == 1 && positions.size(0) == B && positions.scalar_type() == at::kLong,
                  "decode_attention: positions must be (", B, ") int64, got ", positions.sizes(), " ",
                  positions.scalar_type());

@@ -2,8 +2,8 @@
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 
-#include "kernels/decode_attention.cuh"
 #include "attention_cuda.h"
+#include "kernels/decode_attention.cuh"
 #include "llmtrain/core/cuda_check.h"
 
 namespace llmtrain::ops::cuda {

@@ -11,8 +11,8 @@
 
 namespace llmtrain::ops {
 
-at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& targets, int64_t ignore_index,
-                         int64_t num_classes, [[maybe_unused]] bool overwrite_logits) {  // read by the CUDA path
+at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& targets, int64_t ignore_index, int64_t num_classes,
+                         [[maybe_unused]] bool overwrite_logits) {  // read by the CUDA path
   LLMTRAIN_CHECK(logits.dim() == 2, "cross_entropy: logits must be (N, V), got ", logits.sizes());
   LLMTRAIN_CHECK(targets.dim() == 1 && targets.size(0) == logits.size(0), "cross_entropy: targets must be (",
                  logits.size(0), ") to match logits ", logits.sizes(), ", got ", targets.sizes());

@@ -4,8 +4,8 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <torch/autograd.h>
 
-#include "kernels/cross_entropy.cuh"
 #include "cross_entropy_cuda.h"
+#include "kernels/cross_entropy.cuh"
 #include "llmtrain/core/cuda_check.h"
 #include "llmtrain/core/error.h"
 
@@ -39,7 +39,8 @@ struct CrossEntropyFn : torch::autograd::Function<CrossEntropyFn> {
     const at::Tensor scale = (grads[0].to(at::kFloat) / count).contiguous();  // (1) on the device
     const bool overwrite = ctx->saved_data["overwrite"].toBool();
     if (overwrite) {
-      LLMTRAIN_CHECK(!ctx->saved_data.count("spent"), "cross_entropy: backward ran twice through logits that the first "
+      LLMTRAIN_CHECK(!ctx->saved_data.count("spent"),
+                     "cross_entropy: backward ran twice through logits that the first "
                      "backward overwrote with their gradient (overwrite_logits)");
       ctx->saved_data["spent"] = true;
     }
@@ -61,8 +62,8 @@ bool cross_entropy_supported(const at::Tensor& logits) {
          (logits.size(1) <= 1 || logits.stride(1) == 1) && logits.stride(0) >= logits.size(1);
 }
 
-at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& targets, int64_t ignore_index,
-                         int64_t num_classes, bool overwrite_logits) {
+at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& targets, int64_t ignore_index, int64_t num_classes,
+                         bool overwrite_logits) {
   LLMTRAIN_CHECK(targets.device() == logits.device(), "cross_entropy: targets are on ", targets.device(),
                  ", logits on ", logits.device());
   return CrossEntropyFn::apply(logits, targets, ignore_index, num_classes, overwrite_logits);

@@ -11,7 +11,7 @@ namespace llmtrain::ops::cuda {
 /// with unit column stride.
 bool cross_entropy_supported(const at::Tensor& logits);
 /// ops::cross_entropy on the fused classifier (an autograd function).
-at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& targets, int64_t ignore_index,
-                         int64_t num_classes, bool overwrite_logits);
+at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& targets, int64_t ignore_index, int64_t num_classes,
+                         bool overwrite_logits);
 
 }  // namespace llmtrain::ops::cuda

@@ -19,18 +19,24 @@ struct Switch {
 // The MLP's cuBLASLt epilogues start off: on the H200 the fused MLP took 1.02 ms against ATen's
 // 0.87 (products + GELU kernel) for GPT-2 124M's layer, forward and backward (benchmarks/README.md).
 constexpr Switch kSwitches[] = {
-    {Kernel::kEmbedding, "embedding", true},         {Kernel::kLayerNorm, "layer_norm", true},
-    {Kernel::kGelu, "gelu", true},                   {Kernel::kLinear, "linear", true},
-    {Kernel::kMlp, "mlp", false},                    {Kernel::kGemv, "gemv", true},
-    {Kernel::kCrossEntropy, "cross_entropy", true},  {Kernel::kAdamW, "adamw", true},
+    {Kernel::kEmbedding, "embedding", true},
+    {Kernel::kLayerNorm, "layer_norm", true},
+    {Kernel::kGelu, "gelu", true},
+    {Kernel::kLinear, "linear", true},
+    {Kernel::kMlp, "mlp", false},
+    {Kernel::kGemv, "gemv", true},
+    {Kernel::kCrossEntropy, "cross_entropy", true},
+    {Kernel::kAdamW, "adamw", true},
     {Kernel::kDecodeAttention, "decode_attention", true},
 };
 constexpr size_t kCount = sizeof kSwitches / sizeof kSwitches[0];
-static_assert([] {
-  for (size_t i = 0; i < kCount; ++i)
-    if (size_t(kSwitches[i].op) != i) return false;
-  return true;
-}(), "kSwitches lists the kernels in Kernel's order");
+static_assert(
+    [] {
+      for (size_t i = 0; i < kCount; ++i)
+        if (size_t(kSwitches[i].op) != i) return false;
+      return true;
+    }(),
+    "kSwitches lists the kernels in Kernel's order");
 
 std::atomic<bool> g_enabled{LLMTRAIN_WITH_CUDA != 0};
 template <size_t... I>
@@ -56,7 +62,9 @@ bool cuda_kernels_enabled() { return g_enabled; }
 
 void set_cuda_kernel_enabled(Kernel op, bool enabled) { g_op_enabled[size_t(op)] = enabled; }
 bool cuda_kernel_enabled(Kernel op) { return g_enabled && g_op_enabled[size_t(op)]; }
-void set_cuda_kernel_enabled(const std::string& op, bool enabled) { set_cuda_kernel_enabled(kernel_named(op), enabled); }
+void set_cuda_kernel_enabled(const std::string& op, bool enabled) {
+  set_cuda_kernel_enabled(kernel_named(op), enabled);
+}
 bool cuda_kernel_enabled(const std::string& op) { return cuda_kernel_enabled(kernel_named(op)); }
 
 std::vector<std::string> cuda_kernel_names() {

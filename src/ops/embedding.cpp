@@ -56,8 +56,8 @@ std::string position(int64_t flat, const std::vector<int64_t>& sizes) {
 
 [[noreturn]] void throw_bad(const std::string& owner, const std::string& what, int64_t value, const std::string& where,
                             int64_t num_ids, std::optional<int64_t> ignore) {
-  detail::throw_error(detail::str_cat(owner, owner.empty() ? "" : ": ", what, " holds token id ", value, " at ",
-                                      where, ", outside the vocabulary [0, ", num_ids, ")",
+  detail::throw_error(detail::str_cat(owner, owner.empty() ? "" : ": ", what, " holds token id ", value, " at ", where,
+                                      ", outside the vocabulary [0, ", num_ids, ")",
                                       ignore ? " (or " + std::to_string(*ignore) + " to ignore)" : std::string()));
 }
 
@@ -118,16 +118,17 @@ cuda::BadIdRecord& IdCheck::record_on(const at::Device& device) {
 at::Tensor embedding(const at::Tensor& idx, const at::Tensor& wte, const at::Tensor& wpe, int64_t num_ids,
                      IdCheck& check, const at::Tensor& start) {
   LLMTRAIN_CHECK(idx.dim() == 2, "embedding: idx must be (B, T), got ", idx.sizes());
-  LLMTRAIN_CHECK(wte.dim() == 2 && wpe.dim() == 2 && wpe.size(1) == wte.size(1), "embedding: wte (V, C) and wpe (T, C) ",
-                 "must share C, got ", wte.sizes(), " and ", wpe.sizes());
+  LLMTRAIN_CHECK(wte.dim() == 2 && wpe.dim() == 2 && wpe.size(1) == wte.size(1),
+                 "embedding: wte (V, C) and wpe (T, C) ", "must share C, got ", wte.sizes(), " and ", wpe.sizes());
   LLMTRAIN_CHECK(idx.size(1) <= wpe.size(0), "embedding: sequence length ", idx.size(1), " exceeds the ", wpe.size(0),
                  " positions of wpe");
   const bool each = start.defined() && start.dim() == 2;  // every token's position given
   if (start.defined()) {
     LLMTRAIN_CHECK((start.dim() == 1 && start.size(0) == idx.size(0)) || (each && start.sizes() == idx.sizes()),
                    "embedding: start must be (", idx.size(0), ") or ", idx.sizes(), ", got ", start.sizes());
-    LLMTRAIN_CHECK(start.scalar_type() == at::kLong && start.device() == idx.device(), "embedding: start must be int64 on ",
-                   idx.device(), ", got ", start.scalar_type(), " on ", start.device());
+    LLMTRAIN_CHECK(start.scalar_type() == at::kLong && start.device() == idx.device(),
+                   "embedding: start must be int64 on ", idx.device(), ", got ", start.scalar_type(), " on ",
+                   start.device());
     LLMTRAIN_CHECK(each || !at::GradMode::is_enabled() || !(wte.requires_grad() || wpe.requires_grad()),
                    "embedding: offset positions (start) have no backward; call it under torch::NoGradGuard");
   }

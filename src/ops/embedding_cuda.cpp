@@ -8,8 +8,8 @@
 
 #include <cstring>
 
-#include "kernels/embedding.cuh"
 #include "embedding_cuda.h"
+#include "kernels/embedding.cuh"
 #include "llmtrain/core/cuda_check.h"
 #include "llmtrain/core/error.h"
 
@@ -49,8 +49,8 @@ void BadIdRecord::queued() {
     s_->graphed = true;
     return;
   }
-  LLMTRAIN_CUDA_CHECK(cudaMemcpyAsync(s_->host.data_ptr(), s_->dev.data_ptr(), sizeof(kernels::BadId),
-                                      cudaMemcpyDeviceToHost, stream));
+  LLMTRAIN_CUDA_CHECK(
+      cudaMemcpyAsync(s_->host.data_ptr(), s_->dev.data_ptr(), sizeof(kernels::BadId), cudaMemcpyDeviceToHost, stream));
   s_->copied.record(stream);
   s_->pending = true;
 }
@@ -90,18 +90,17 @@ namespace {
 
 struct EmbeddingFn : torch::autograd::Function<EmbeddingFn> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& idx_in,  // (B, T) int64
-                            const at::Tensor& wte_in, const at::Tensor& wpe_in,              // (V, C), (>= T, C)
+                            const at::Tensor& wte_in, const at::Tensor& wpe_in,               // (V, C), (>= T, C)
                             const at::Tensor* start_in,  // (B) int64, or null; not a tensor argument: no gradient
                             int64_t num_ids, BadIdRecord* record, int64_t tag) {
     const at::Tensor idx = idx_in.contiguous(), wte = packed(wte_in), wpe = packed(wpe_in);
     const at::Tensor start = start_in ? start_in->contiguous() : at::Tensor();
     const int64_t B = idx.size(0), T = idx.size(1), C = wte.size(1);
     at::Tensor out = at::empty({B, T, C}, wte.options());  // (B, T, C)
-    LLMTRAIN_CUDA_CHECK(kernels::launch_embedding_fwd(idx.data_ptr<int64_t>(), wte.data_ptr(), wpe.data_ptr(),
-                                                      start.defined() ? start.data_ptr<int64_t>() : nullptr,
-                                                      wpe.size(0), kernel_dtype(wte, "embedding: wte"), B * T, T, C, num_ids,
-                                                      out.data_ptr(), record->device_record(), tag,
-                                                      at::cuda::getCurrentCUDAStream()));
+    LLMTRAIN_CUDA_CHECK(kernels::launch_embedding_fwd(
+        idx.data_ptr<int64_t>(), wte.data_ptr(), wpe.data_ptr(), start.defined() ? start.data_ptr<int64_t>() : nullptr,
+        wpe.size(0), kernel_dtype(wte, "embedding: wte"), B * T, T, C, num_ids, out.data_ptr(), record->device_record(),
+        tag, at::cuda::getCurrentCUDAStream()));
     record->queued();
     ctx->save_for_backward({idx});
     ctx->saved_data["wte_rows"] = wte.size(0);

@@ -3,8 +3,8 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <torch/autograd.h>
 
-#include "kernels/gelu.cuh"
 #include "gelu_cuda.h"
+#include "kernels/gelu.cuh"
 #include "llmtrain/core/cuda_check.h"
 
 namespace llmtrain::ops::cuda {

@@ -16,8 +16,8 @@ namespace {
 void check_args(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   LLMTRAIN_CHECK(x.dim() >= 1, "layer_norm: x must have at least 1 dimension, got ", x.sizes());
   const int64_t c = x.size(-1);
-  LLMTRAIN_CHECK(weight.dim() == 1 && weight.size(0) == c, "layer_norm: weight must be (", c, ") to match x ", x.sizes(),
-                 ", got ", weight.sizes());
+  LLMTRAIN_CHECK(weight.dim() == 1 && weight.size(0) == c, "layer_norm: weight must be (", c, ") to match x ",
+                 x.sizes(), ", got ", weight.sizes());
   LLMTRAIN_CHECK(bias.dim() == 1 && bias.size(0) == c, "layer_norm: bias must be (", c, ") to match x ", x.sizes(),
                  ", got ", bias.sizes());
 }
@@ -51,7 +51,8 @@ std::pair<at::Tensor, at::Tensor> add_layer_norm(const at::Tensor& x, const at::
   if (cuda_kernel_enabled(Kernel::kLayerNorm)) {
     if (!d.defined()) {
       const at::Tensor xi = autocast_upcasts(x) ? x.to(at::kFloat) : x;
-      if (cuda::layer_norm_supported(xi, weight, bias)) return {x, cuda::add_layer_norm(xi, d, weight, bias, eps).second};
+      if (cuda::layer_norm_supported(xi, weight, bias))
+        return {x, cuda::add_layer_norm(xi, d, weight, bias, eps).second};
     } else if (!autocast_upcasts(a) && cuda::layer_norm_supported(a, weight, bias)) {
       return cuda::add_layer_norm(a, d, weight, bias, eps);  // else h in bf16/fp16 is normalised in float32 below
     }

@@ -51,10 +51,10 @@ torch::autograd::variable_list norm_backward(torch::autograd::AutogradContext* c
   at::Tensor pdw = at::empty({blocks, C}, f32), pdb = at::empty({blocks, C}, f32);  // (blocks, C) each
   const auto stream = at::cuda::getCurrentCUDAStream();
   const auto dt = kernel_dtype(h, "layer_norm: x"), wdt = kernel_dtype(weight, "layer_norm: weight");
-  LLMTRAIN_CUDA_CHECK(kernels::launch_layer_norm_bwd(
-      dout.data_ptr(), h.data_ptr(), dh_in.defined() ? dh_in.data_ptr() : nullptr, weight.data_ptr(),
-      mean.data_ptr<float>(), rstd.data_ptr<float>(), dt, wdt, N, C, dh.data_ptr(), pdw.data_ptr<float>(),
-      pdb.data_ptr<float>(), stream));
+  LLMTRAIN_CUDA_CHECK(
+      kernels::launch_layer_norm_bwd(dout.data_ptr(), h.data_ptr(), dh_in.defined() ? dh_in.data_ptr() : nullptr,
+                                     weight.data_ptr(), mean.data_ptr<float>(), rstd.data_ptr<float>(), dt, wdt, N, C,
+                                     dh.data_ptr(), pdw.data_ptr<float>(), pdb.data_ptr<float>(), stream));
   LLMTRAIN_CUDA_CHECK(kernels::launch_layer_norm_bwd_finish(pdw.data_ptr<float>(), pdb.data_ptr<float>(), blocks, C,
                                                             wdt, dweight.data_ptr(), dbias.data_ptr(), stream));
   return {dh, fused ? dh : at::Tensor(), dweight, dbias};

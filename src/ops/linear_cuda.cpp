@@ -48,8 +48,7 @@ bool lt_matmul(int64_t m, int64_t n, int64_t k, const at::Tensor& a, int64_t lda
 
 void linear_weight_grads(const at::Tensor& x, const at::Tensor& dy, at::Tensor& dw, at::Tensor* db) {
   const int64_t in = dw.size(1), out = dw.size(0), N = x.numel() / in;
-  if (db && lt_matmul(in, out, N, x, in, false, dy, out, /*trans_b=*/true, dw, kernels::Epilogue::kBGradB, *db))
-    return;
+  if (db && lt_matmul(in, out, N, x, in, false, dy, out, /*trans_b=*/true, dw, kernels::Epilogue::kBGradB, *db)) return;
   LLMTRAIN_CHECK(lt_matmul(in, out, N, x, in, false, dy, out, /*trans_b=*/true, dw), "linear: cuBLASLt has no ",
                  "algorithm for the weight gradient (", out, ", ", in, ") over ", N, " rows of ", dy.scalar_type());
   if (db) *db = dy.reshape({N, out}).sum(0);  // no BGRADB algorithm for this shape
@@ -109,7 +108,7 @@ namespace {
 
 struct LinearFn : torch::autograd::Function<LinearFn> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x_in,  // (..., in)
-                            const at::Tensor& w_in, const at::Tensor& b_in) {            // (out, in), (out)
+                            const at::Tensor& w_in, const at::Tensor& b_in) {               // (out, in), (out)
     const at::Tensor x = packed(x_in), w = packed(w_in), b = packed(b_in);
     const int64_t in = w.size(1), out = w.size(0);
     ctx->save_for_backward({x, w});
@@ -136,9 +135,9 @@ struct LinearFn : torch::autograd::Function<LinearFn> {
 
 bool linear_supported(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   const auto t = x.scalar_type();
-  return x.is_cuda() && weight.is_cuda() && bias.is_cuda() && (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf) &&
-         weight.scalar_type() == t && bias.scalar_type() == t && x.numel() > 0 && weight.size(0) % 8 == 0 &&
-         weight.size(1) % 8 == 0;
+  return x.is_cuda() && weight.is_cuda() && bias.is_cuda() &&
+         (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf) && weight.scalar_type() == t &&
+         bias.scalar_type() == t && x.numel() > 0 && weight.size(0) % 8 == 0 && weight.size(1) % 8 == 0;
 }
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {

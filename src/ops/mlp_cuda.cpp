@@ -23,8 +23,8 @@ void matmul(int64_t m, int64_t n, int64_t k, const at::Tensor& a, int64_t lda, b
 at::Tensor product(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, Epilogue epilogue,
                    const at::Tensor& aux = {}) {
   at::Tensor y;
-  LLMTRAIN_CHECK(forward_product(x, w, b, epilogue, y, aux), "mlp: cuBLASLt has no algorithm for a ", w.size(0),
-                 " x ", x.numel() / w.size(1), " x ", w.size(1), " product of ", x.scalar_type(), " with epilogue ",
+  LLMTRAIN_CHECK(forward_product(x, w, b, epilogue, y, aux), "mlp: cuBLASLt has no algorithm for a ", w.size(0), " x ",
+                 x.numel() / w.size(1), " x ", w.size(1), " product of ", x.scalar_type(), " with epilogue ",
                  int(epilogue));
   return y;
 }
@@ -45,11 +45,10 @@ struct MlpFn : torch::autograd::Function<MlpFn> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x_in,  // (..., C)
                             const at::Tensor& fc_w, const at::Tensor& fc_b, const at::Tensor& proj_w,
                             const at::Tensor& proj_b) {
-    const at::Tensor x = packed(x_in), fw = packed(fc_w), fb = packed(fc_b), pw = packed(proj_w),
-                     pb = packed(proj_b);
+    const at::Tensor x = packed(x_in), fw = packed(fc_w), fb = packed(fc_b), pw = packed(proj_w), pb = packed(proj_b);
     auto sizes = x.sizes().vec();
     sizes.back() = fw.size(0);
-    at::Tensor h = at::empty(sizes, x.options());                   // (..., H) pre-activation
+    at::Tensor h = at::empty(sizes, x.options());                        // (..., H) pre-activation
     const at::Tensor g = product(x, fw, fb, Epilogue::kGeluAuxBias, h);  // (..., H)
     ctx->save_for_backward({x, fw, pw, h, g});
     return product(g, pw, pb, Epilogue::kBias);

@@ -1,5 +1,5 @@
-#include "llmtrain/optim/options.h"
 #include "llmtrain/optim/schedule.h"
+#include "llmtrain/optim/options.h"
 
 #include <algorithm>
 #include <cmath>

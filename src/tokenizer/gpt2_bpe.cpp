@@ -14,9 +14,9 @@
 #include <limits>
 #include <sstream>
 
+#include "../core/json.h"
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/fs.h"
-#include "../core/json.h"
 #include "pieces.h"
 
 namespace llmtrain::tokenizer {
@@ -51,9 +51,12 @@ std::string token_bytes(const std::string& token, const std::array<int, 324>& to
   for (size_t i = 0; i < token.size();) {
     unsigned cp = p[i];
     int len = 1;
-    if (cp >= 0xC0 && cp < 0xE0 && i + 1 < token.size()) { cp = ((cp & 0x1F) << 6) | (p[i + 1] & 0x3F); len = 2; }
-    LLMTRAIN_CHECK(cp < to_byte.size() && to_byte[cp] >= 0 && (len == 2 || cp < 0x80 || cp >= 0xA0),
-                   file, ": token ", json::excerpt(token), " holds a character that stands for no byte");
+    if (cp >= 0xC0 && cp < 0xE0 && i + 1 < token.size()) {
+      cp = ((cp & 0x1F) << 6) | (p[i + 1] & 0x3F);
+      len = 2;
+    }
+    LLMTRAIN_CHECK(cp < to_byte.size() && to_byte[cp] >= 0 && (len == 2 || cp < 0x80 || cp >= 0xA0), file, ": token ",
+                   json::excerpt(token), " holds a character that stands for no byte");
     out.push_back(static_cast<char>(to_byte[cp]));
     i += len;
   }
@@ -160,9 +163,9 @@ class TokenTable {
 constexpr size_t kShortPiece = 64;
 
 struct GPT2BPE::Impl {
-  std::vector<std::string> bytes_of;                     // id -> bytes
-  TokenTable id_of{bytes_of};                            // bytes -> id
-  std::array<int32_t, 256> byte_id{};                    // single byte -> id
+  std::vector<std::string> bytes_of;   // id -> bytes
+  TokenTable id_of{bytes_of};          // bytes -> id
+  std::array<int32_t, 256> byte_id{};  // single byte -> id
   PairTable pairs;
   std::optional<int32_t> eot;
   pcre2_code* re = nullptr;
@@ -232,7 +235,7 @@ struct GPT2BPE::Impl {
       heap.pop_back();
       const int32_t i = c.pos, j = next[size_t(i)];
       if (gone[size_t(i)] || j < 0 || id[size_t(i)] != c.left || id[size_t(j)] != c.right) continue;  // stale
-      id[size_t(i)] = c.merged;  // i absorbs j
+      id[size_t(i)] = c.merged;                                                                       // i absorbs j
       gone[size_t(j)] = true;
       next[size_t(i)] = next[size_t(j)];
       if (next[size_t(j)] >= 0) prev[size_t(next[size_t(j)])] = i;
@@ -273,8 +276,7 @@ struct GPT2BPE::Impl {
   }
 };
 
-GPT2BPE::GPT2BPE(const std::string& vocab_json_path, const std::string& merges_path)
-    : impl_(std::make_unique<Impl>()) {
+GPT2BPE::GPT2BPE(const std::string& vocab_json_path, const std::string& merges_path) : impl_(std::make_unique<Impl>()) {
   Impl& d = *impl_;
   const auto to_byte = unicode_to_byte();
 
@@ -283,7 +285,8 @@ GPT2BPE::GPT2BPE(const std::string& vocab_json_path, const std::string& merges_p
   d.bytes_of.resize(vocab.size());
   std::vector<bool> seen(vocab.size(), false);
   for (const auto& [token, id_json] : vocab.items()) {
-    LLMTRAIN_CHECK(id_json.is_number_integer(), vocab_json_path, ": id of ", json::excerpt(token), " is not an integer");
+    LLMTRAIN_CHECK(id_json.is_number_integer(), vocab_json_path, ": id of ", json::excerpt(token),
+                   " is not an integer");
     const int64_t id = id_json.get<int64_t>();
     LLMTRAIN_CHECK(id >= 0 && id < int64_t(vocab.size()) && !seen[id], vocab_json_path, ": id ", id, " of ",
                    json::excerpt(token), " is repeated or outside [0, ", vocab.size(), ")");
@@ -309,8 +312,8 @@ GPT2BPE::GPT2BPE(const std::string& vocab_json_path, const std::string& merges_p
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty() || (line_no == 1 && line.rfind("#version", 0) == 0)) continue;
     const size_t space = line.find(' ');
-    LLMTRAIN_CHECK(space != std::string::npos && line.find(' ', space + 1) == std::string::npos, merges_path,
-                   ":", line_no, ": expected two tokens separated by one space, got ", json::excerpt(line));
+    LLMTRAIN_CHECK(space != std::string::npos && line.find(' ', space + 1) == std::string::npos, merges_path, ":",
+                   line_no, ": expected two tokens separated by one space, got ", json::excerpt(line));
     const std::string left = token_bytes(line.substr(0, space), to_byte, merges_path);
     const std::string right = token_bytes(line.substr(space + 1), to_byte, merges_path);
     const int32_t l = d.id_of.find(left), r = d.id_of.find(right), m = d.id_of.find(left + right);
@@ -358,8 +361,8 @@ std::vector<int32_t> GPT2BPE::encode(std::string_view text, bool allow_special) 
     return out;
   }
   detail::encode_with_special(
-      text, kEndOfText, *impl_->eot, [&](std::string_view part, std::vector<int32_t>& o) { impl_->encode_ordinary(part, o); },
-      out);
+      text, kEndOfText, *impl_->eot,
+      [&](std::string_view part, std::vector<int32_t>& o) { impl_->encode_ordinary(part, o); }, out);
   return out;
 }
 

@@ -31,8 +31,8 @@ inline std::string join_pieces(const std::vector<std::string>& bytes_of, const s
                                const char* who) {
   std::string out;
   for (const int32_t id : ids) {
-    LLMTRAIN_CHECK(id >= 0 && id < int32_t(bytes_of.size()), who, "::decode: id ", id, " is outside the vocabulary [0, ",
-                   bytes_of.size(), ")");
+    LLMTRAIN_CHECK(id >= 0 && id < int32_t(bytes_of.size()), who, "::decode: id ", id,
+                   " is outside the vocabulary [0, ", bytes_of.size(), ")");
     out += bytes_of[size_t(id)];
   }
   return out;

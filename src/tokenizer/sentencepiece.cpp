@@ -61,7 +61,10 @@ int byte_of_piece(const std::string& piece) {
   if (piece.size() != 6 || piece.compare(0, 3, "<0x") != 0 || piece[5] != '>') return -1;
   int value = 0;
   for (const char c : piece.substr(3, 2)) {
-    const int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    const int digit = c >= '0' && c <= '9'   ? c - '0'
+                      : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                      : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                             : -1;
     if (digit < 0) return -1;
     value = value * 16 + digit;
   }
@@ -76,7 +79,7 @@ struct SentencePiece::Impl {
   std::vector<std::string> bytes_of;  // id -> the bytes it decodes to ("" for control pieces)
   bool dummy_prefix = false;          // the model prepends a space to every text it encodes
   std::optional<int32_t> eos;
-  std::string eos_text;               // the end-of-sequence piece's text, for allow_special
+  std::string eos_text;  // the end-of-sequence piece's text, for allow_special
   ~Impl() {
     if (model) api->free(model);
   }
@@ -85,7 +88,8 @@ struct SentencePiece::Impl {
 SentencePiece::SentencePiece(const std::string& model_path)
     : SentencePiece(model_path, fs::read_file(model_path, kMaxModelBytes, "SentencePiece model")) {}
 
-SentencePiece::SentencePiece(const std::string& name, const std::string& model_bytes) : impl_(std::make_unique<Impl>()) {
+SentencePiece::SentencePiece(const std::string& name, const std::string& model_bytes)
+    : impl_(std::make_unique<Impl>()) {
   Impl& d = *impl_;
   d.api = &detail::sp_api();
   const char* error = "";
@@ -145,8 +149,7 @@ std::vector<int32_t> SentencePiece::encode(std::string_view text, bool allow_spe
   };
   if (allow_special && impl_->eos && !impl_->eos_text.empty())
     detail::encode_with_special(text, impl_->eos_text, *impl_->eos, plain, out);
-  else
-    plain(text, out);
+  else plain(text, out);
   return out;
 }
 
@@ -170,13 +173,13 @@ void train_sentencepiece(const SentencePieceTrainOptions& o) {
     ::close(fs::open_regular(in, &size, "train_sentencepiece: input"));
   }
   LLMTRAIN_CHECK(!o.model_prefix.empty(), "train_sentencepiece: model_prefix is empty");
-  LLMTRAIN_CHECK(o.model_type == "bpe" || o.model_type == "unigram", "train_sentencepiece: model_type \"",
-                 o.model_type, "\" is neither bpe nor unigram");
+  LLMTRAIN_CHECK(o.model_type == "bpe" || o.model_type == "unigram", "train_sentencepiece: model_type \"", o.model_type,
+                 "\" is neither bpe nor unigram");
   LLMTRAIN_CHECK(o.vocab_size >= 16 && o.vocab_size <= (int64_t(1) << 24), "train_sentencepiece: vocab_size ",
                  o.vocab_size, " is outside [16, 2^24]");
   LLMTRAIN_CHECK(o.max_sentences >= 0, "train_sentencepiece: max_sentences ", o.max_sentences, " is negative");
-  LLMTRAIN_CHECK(o.max_line_bytes >= 1 && o.max_line_bytes <= (int64_t(1) << 30), "train_sentencepiece: max_line_bytes ",
-                 o.max_line_bytes, " is outside [1, 2^30]");
+  LLMTRAIN_CHECK(o.max_line_bytes >= 1 && o.max_line_bytes <= (int64_t(1) << 30),
+                 "train_sentencepiece: max_line_bytes ", o.max_line_bytes, " is outside [1, 2^30]");
   LLMTRAIN_CHECK(o.character_coverage > 0 && o.character_coverage <= 1, "train_sentencepiece: character_coverage ",
                  o.character_coverage, " is outside (0, 1]");
   std::string inputs;
@@ -194,15 +197,14 @@ void train_sentencepiece(const SentencePieceTrainOptions& o) {
   if (slash != std::string::npos && slash > 0) fs::make_dirs(o.model_prefix.substr(0, slash));
   const std::string tmp = fs::make_temp_dir("llmtrain_sp_");
   const std::string tmp_prefix = tmp + "/sp";
-  std::vector<std::pair<std::string, std::string>> args = {
-      {"input", inputs},
-      {"model_prefix", tmp_prefix},
-      {"model_type", o.model_type},
-      {"vocab_size", std::to_string(o.vocab_size)},
-      {"character_coverage", std::to_string(o.character_coverage)},
-      {"byte_fallback", o.byte_fallback ? "true" : "false"},
-      {"max_sentence_length", std::to_string(o.max_line_bytes)},
-      {"minloglevel", "1"}};
+  std::vector<std::pair<std::string, std::string>> args = {{"input", inputs},
+                                                           {"model_prefix", tmp_prefix},
+                                                           {"model_type", o.model_type},
+                                                           {"vocab_size", std::to_string(o.vocab_size)},
+                                                           {"character_coverage", std::to_string(o.character_coverage)},
+                                                           {"byte_fallback", o.byte_fallback ? "true" : "false"},
+                                                           {"max_sentence_length", std::to_string(o.max_line_bytes)},
+                                                           {"minloglevel", "1"}};
   if (o.keep_whitespace) {  // chat formats and code keep their lines and indentation
     args.emplace_back("normalization_rule_name", "identity");
     args.emplace_back("remove_extra_whitespaces", "false");

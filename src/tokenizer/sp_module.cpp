@@ -75,15 +75,24 @@ bool each_bytes_field(const unsigned char* p, const unsigned char* end, F&& f) {
     uint64_t key = 0, v = 0;
     if (!read_varint(p, end, &key)) return false;
     switch (key & 7) {
-      case 0: if (!read_varint(p, end, &v)) return false; break;
-      case 1: if (end - p < 8) return false; p += 8; break;
-      case 5: if (end - p < 4) return false; p += 4; break;
+      case 0:
+        if (!read_varint(p, end, &v)) return false;
+        break;
+      case 1:
+        if (end - p < 8) return false;
+        p += 8;
+        break;
+      case 5:
+        if (end - p < 4) return false;
+        p += 4;
+        break;
       case 2:
         if (!read_varint(p, end, &v) || v > uint64_t(end - p)) return false;
         f(key >> 3, std::string_view(reinterpret_cast<const char*>(p), size_t(v)));
         p += v;
         break;
-      default: return false;
+      default:
+        return false;
     }
   }
   return true;
@@ -132,7 +141,8 @@ std::string check_normalizers(const char* bytes, size_t size) {
     each_bytes_field(s, s + spec.size(), [&](uint64_t f, std::string_view table) {
       if (f == 2 && problem.empty()) {
         const std::string why = check_charsmap(table);
-        if (!why.empty()) problem = std::string(field == 3 ? "its normalizer" : "its denormalizer") + " table is corrupt: " + why;
+        if (!why.empty())
+          problem = std::string(field == 3 ? "its normalizer" : "its denormalizer") + " table is corrupt: " + why;
       }
     });
   });
@@ -198,6 +208,7 @@ constexpr SpApi kApi = {kSpApiVersion, load, free_model, piece_count, piece_kind
 }  // namespace
 }  // namespace llmtrain::tokenizer::detail
 
-extern "C" __attribute__((visibility("default"))) const llmtrain::tokenizer::detail::SpApi* llmtrain_sentencepiece_api() {
+extern "C" __attribute__((visibility("default"))) const llmtrain::tokenizer::detail::SpApi*
+llmtrain_sentencepiece_api() {
   return &llmtrain::tokenizer::detail::kApi;
 }

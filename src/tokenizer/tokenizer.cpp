@@ -16,13 +16,22 @@ size_t invalid_utf8_at(std::string_view s) {
   const size_t n = s.size();
   for (size_t i = 0; i < n;) {
     const unsigned c = p[i];
-    if (c < 0x80) { ++i; continue; }
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
     int len;
     unsigned cp;
-    if ((c & 0xE0) == 0xC0) { len = 2; cp = c & 0x1F; }
-    else if ((c & 0xF0) == 0xE0) { len = 3; cp = c & 0x0F; }
-    else if ((c & 0xF8) == 0xF0) { len = 4; cp = c & 0x07; }
-    else return i;
+    if ((c & 0xE0) == 0xC0) {
+      len = 2;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4;
+      cp = c & 0x07;
+    } else return i;
     if (i + len > n) return i;
     for (int k = 1; k < len; ++k) {
       if ((p[i + k] & 0xC0) != 0x80) return i;
@@ -34,7 +43,6 @@ size_t invalid_utf8_at(std::string_view s) {
   }
   return std::string_view::npos;
 }
-
 
 size_t complete_utf8_prefix(std::string_view s) {
   // Back over at most 3 continuation bytes to the last lead byte; cut there if its character is short.

@@ -42,8 +42,8 @@ std::string CheckpointState::to_json() const {
 CheckpointState CheckpointState::parse(const std::string& text, const std::string& source) {
   const Json doc = json::parse(text, source);
   const json::Object o(doc, source);
-  LLMTRAIN_CHECK(o.has("format") && o.at("format") == kFormat && o.has("version") && o.at("version") == kVersion, source,
-                 ": not an llmtrain checkpoint state of version ", kVersion, " (format \"", kFormat, "\")");
+  LLMTRAIN_CHECK(o.has("format") && o.at("format") == kFormat && o.has("version") && o.at("version") == kVersion,
+                 source, ": not an llmtrain checkpoint state of version ", kVersion, " (format \"", kFormat, "\")");
   CheckpointState s;
   s.model_only = o.has("model_only") && o.boolean("model_only");
   s.step = o.integer("step", 0, INT64_MAX);

@@ -20,7 +20,7 @@ struct CheckpointState {
   double loss_scale = 1;    // fp16's GradScaler
   int64_t good_steps = 0;
   int64_t epoch = 0, shard = 0, position = 0;  // the train loader's place
-  std::string config;       // the run's TrainerConfig, as JSON text
+  std::string config;                          // the run's TrainerConfig, as JSON text
 
   std::string to_json() const;
   /// Throws llmtrain::Error naming `source` and the key for text that is not an llmtrain checkpoint

@@ -54,7 +54,8 @@ void Checkpointer::remove_stale() const {
   }
   ::closedir(d);
   for (const auto& name : stale) {
-    std::printf("removing %s/%s, an incomplete checkpoint left by a crash or a failed save\n", dir_.c_str(), name.c_str());
+    std::printf("removing %s/%s, an incomplete checkpoint left by a crash or a failed save\n", dir_.c_str(),
+                name.c_str());
     fs::remove_tree(dir_ + "/" + name);
   }
 }
@@ -82,8 +83,9 @@ void Checkpointer::save(int64_t step, const Parts& parts) {
   const std::string tmp = final_dir + ".tmp." + std::to_string(pid);
   try {
     if (per_rank) {
-      LLMTRAIN_CHECK(fs::exists(tmp), "rank ", rank, " cannot see the checkpoint folder ", tmp, " that rank 0 made: ",
-                     "with train.zero every rank writes its part there, so out_dir must be on a filesystem all ranks share");
+      LLMTRAIN_CHECK(
+          fs::exists(tmp), "rank ", rank, " cannot see the checkpoint folder ", tmp, " that rank 0 made: ",
+          "with train.zero every rank writes its part there, so out_dir must be on a filesystem all ranks share");
       parts.per_rank(tmp);
       if (world > 1) comm_->barrier();  // every rank's part is on disk before rank 0 completes the folder
       if (rank != 0) {
@@ -111,7 +113,8 @@ void Checkpointer::save(int64_t step, const Parts& parts) {
 std::string checkpoint_dir(const std::string& path) {
   if (fs::exists(path + "/state.json")) return path;
   const auto all = Checkpointer::list(path + "/checkpoints");
-  LLMTRAIN_CHECK(!all.empty(), path, " is neither a checkpoint folder (with state.json) nor a run folder with checkpoints/");
+  LLMTRAIN_CHECK(!all.empty(), path,
+                 " is neither a checkpoint folder (with state.json) nor a run folder with checkpoints/");
   return all.back().second;
 }
 

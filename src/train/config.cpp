@@ -8,9 +8,9 @@
 #include <map>
 #include <variant>
 
+#include "../core/json.h"
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/fs.h"
-#include "../core/json.h"
 
 namespace llmtrain::train {
 namespace {
@@ -26,34 +26,41 @@ struct Field {
 
 std::vector<Field> fields(TrainerConfig& c) {
   return {
-      {"model.preset", &c.model.preset, "GPT-2 shape to start from: tiny, gpt2, gpt2-medium, gpt2-large or gpt2-xl; "
-                                        "the model keys below override it when > 0"},
+      {"model.preset", &c.model.preset,
+       "GPT-2 shape to start from: tiny, gpt2, gpt2-medium, gpt2-large or gpt2-xl; "
+       "the model keys below override it when > 0"},
       {"model.n_layer", &c.model.n_layer, "transformer blocks (0: the preset's)"},
       {"model.n_head", &c.model.n_head, "attention heads; n_embd must be a multiple (0: the preset's)"},
       {"model.n_embd", &c.model.n_embd, "width of the residual stream (0: the preset's)"},
       {"model.block_size", &c.model.block_size, "longest sequence, the positions the model has (0: the preset's)"},
       {"model.vocab_size", &c.model.vocab_size, "token ids, at least the tokenizer's (0: the preset's, 50257)"},
       {"model.dropout", &c.model.dropout, "dropout probability on embeddings, attention weights and residual branches"},
-      {"model.init_from", &c.model.init_from, "weights the run starts from (fine-tuning): a checkpoint, a run folder, "
-                                              "a Hugging Face folder or an llm.c .bin; empty: random initialisation"},
+      {"model.init_from", &c.model.init_from,
+       "weights the run starts from (fine-tuning): a checkpoint, a run folder, "
+       "a Hugging Face folder or an llm.c .bin; empty: random initialisation"},
       {"data.train", &c.data.train, "training data: a glob of token shards (prepare_data) or an SFT .jsonl file"},
       {"data.val", &c.data.val, "validation data of the same kind; empty: evaluate on the training data"},
       {"data.format", &c.data.format, "shards, sft, or auto (sft for names ending in .jsonl)"},
-      {"data.pack", &c.data.pack, "sft: several examples per window, each attending only to itself, packed anew "
-                                  "each epoch"},
+      {"data.pack", &c.data.pack,
+       "sft: several examples per window, each attending only to itself, packed anew "
+       "each epoch"},
       {"data.shuffle", &c.data.shuffle, "train on a seeded order each epoch; false: file order"},
-      {"data.shuffle_unit", &c.data.shuffle_unit, "shards: window (each window) or batch (whole batches of the text, "
-                                                  "llm.c's order)"},
+      {"data.shuffle_unit", &c.data.shuffle_unit,
+       "shards: window (each window) or batch (whole batches of the text, "
+       "llm.c's order)"},
       {"tokenizer.kind", &c.tokenizer.kind, "gpt2, sentencepiece, or empty (none: no SFT and no samples)"},
-      {"tokenizer.path", &c.tokenizer.path, "GPT-2 BPE folder (encoder.json + vocab.bpe; empty: $LLMTRAIN_GPT2_DIR) "
-                                            "or SentencePiece .model file; relative to the config's folder when "
-                                            "sha256 is set (as in the configs llmtrain writes)"},
-      {"tokenizer.sha256", &c.tokenizer.sha256, "SHA-256 of the tokenizer's files one after another; when set, a "
-                                                "tokenizer whose files differ is refused (a run folder sets it)"},
+      {"tokenizer.path", &c.tokenizer.path,
+       "GPT-2 BPE folder (encoder.json + vocab.bpe; empty: $LLMTRAIN_GPT2_DIR) "
+       "or SentencePiece .model file; relative to the config's folder when "
+       "sha256 is set (as in the configs llmtrain writes)"},
+      {"tokenizer.sha256", &c.tokenizer.sha256,
+       "SHA-256 of the tokenizer's files one after another; when set, a "
+       "tokenizer whose files differ is refused (a run folder sets it)"},
       {"train.batch_size", &c.train.batch_size, "windows per micro-step on each rank"},
       {"train.seq_len", &c.train.seq_len, "tokens per window, at most model.block_size"},
-      {"train.total_batch_tokens", &c.train.total_batch_tokens, "tokens per optimizer step over all ranks, a multiple "
-                                                                "of batch_size x seq_len x ranks (0: one micro-step)"},
+      {"train.total_batch_tokens", &c.train.total_batch_tokens,
+       "tokens per optimizer step over all ranks, a multiple "
+       "of batch_size x seq_len x ranks (0: one micro-step)"},
       {"train.max_steps", &c.train.max_steps, "optimizer steps of the run"},
       {"train.lr", &c.train.lr, "peak learning rate"},
       {"train.min_lr_frac", &c.train.min_lr_frac, "the learning rate at the end, as a fraction of lr"},
@@ -63,8 +70,9 @@ std::vector<Field> fields(TrainerConfig& c) {
       {"train.beta1", &c.train.beta1, "AdamW's first-moment decay"},
       {"train.beta2", &c.train.beta2, "AdamW's second-moment decay"},
       {"train.grad_clip", &c.train.grad_clip, "largest global gradient norm (0: no clipping)"},
-      {"train.precision", &c.train.precision, "fp32, bf16, fp16 (with loss scaling) or bf16-master (bf16 weights, "
-                                              "fp32 masters)"},
+      {"train.precision", &c.train.precision,
+       "fp32, bf16, fp16 (with loss scaling) or bf16-master (bf16 weights, "
+       "fp32 masters)"},
       {"train.rounding", &c.train.rounding, "bf16-master's bf16 copies: stochastic or nearest"},
       {"train.loss_scale", &c.train.loss_scale, "fp16: the first loss scale (halved at each overflow)"},
       {"train.loss_scale_growth_interval", &c.train.loss_scale_growth_interval,
@@ -148,9 +156,10 @@ void validate(const TrainerConfig& c, const std::function<std::string(const std:
   at_least("sample.every", c.sample.every, 0);
   at_least("sample.tokens", c.sample.tokens, 1);
   at_least("sample.top_k", c.sample.top_k, 0);
-  LLMTRAIN_CHECK(c.sample.temperature >= 0, from("sample.temperature"), ": sample.temperature must be >= 0, got ", c.sample.temperature);
-  LLMTRAIN_CHECK(c.device == "auto" || c.device == "cpu" || c.device == "cuda", from("device"), ": device must be auto, cpu or cuda, got \"",
-                 c.device, "\"");
+  LLMTRAIN_CHECK(c.sample.temperature >= 0, from("sample.temperature"), ": sample.temperature must be >= 0, got ",
+                 c.sample.temperature);
+  LLMTRAIN_CHECK(c.device == "auto" || c.device == "cpu" || c.device == "cuda", from("device"),
+                 ": device must be auto, cpu or cuda, got \"", c.device, "\"");
   LLMTRAIN_CHECK(!c.out_dir.empty(), from("out_dir"), ": out_dir is empty");
   LLMTRAIN_CHECK(c.data.format == "auto" || c.data.format == "shards" || c.data.format == "sft", from("data.format"),
                  ": data.format must be auto, shards or sft, got \"", c.data.format, "\"");
@@ -161,8 +170,9 @@ void validate(const TrainerConfig& c, const std::function<std::string(const std:
   at_least("train.loss_scale_growth_interval", c.train.loss_scale_growth_interval, 1);
   LLMTRAIN_CHECK(c.train.rounding == "stochastic" || c.train.rounding == "nearest", from("train.rounding"),
                  ": train.rounding must be stochastic or nearest, got \"", c.train.rounding, "\"");
-  LLMTRAIN_CHECK(c.tokenizer.kind.empty() || c.tokenizer.kind == "gpt2" || c.tokenizer.kind == "sentencepiece", from("tokenizer.kind"),
-                 ": tokenizer.kind must be gpt2 or sentencepiece (or empty), got \"", c.tokenizer.kind, "\"");
+  LLMTRAIN_CHECK(c.tokenizer.kind.empty() || c.tokenizer.kind == "gpt2" || c.tokenizer.kind == "sentencepiece",
+                 from("tokenizer.kind"), ": tokenizer.kind must be gpt2 or sentencepiece (or empty), got \"",
+                 c.tokenizer.kind, "\"");
   LLMTRAIN_CHECK(!c.sft() || !c.tokenizer.kind.empty(), from("data.train"), ": data.train ", c.data.train,
                  " is SFT JSONL, which needs tokenizer.kind (gpt2 or sentencepiece)");
   LLMTRAIN_CHECK(c.sample.every == 0 || !c.tokenizer.kind.empty(), from("sample.every"),
@@ -177,8 +187,8 @@ void validate(const TrainerConfig& c, const std::function<std::string(const std:
   check("train.precision", [&] { optim::parse_precision(c.train.precision); });
   check("train.schedule", [&] { c.optimizer().schedule.validate(); });
   check("model.preset", [&] { c.model.gpt2().validate(); });
-  LLMTRAIN_CHECK(c.train.seq_len <= c.model.gpt2().block_size(), from("train.seq_len"), ": train.seq_len ", c.train.seq_len,
-                 " exceeds the model's block_size ", c.model.gpt2().block_size());
+  LLMTRAIN_CHECK(c.train.seq_len <= c.model.gpt2().block_size(), from("train.seq_len"), ": train.seq_len ",
+                 c.train.seq_len, " exceeds the model's block_size ", c.model.gpt2().block_size());
 }
 
 }  // namespace

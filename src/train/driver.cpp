@@ -28,7 +28,8 @@ void check_run_folder(const TrainerConfig& c, bool force) {
   // The run's own copy of its tokenizer (a config read from the run folder names it) is no input.
   const std::string own = c.out_dir + "/tokenizer";
   const bool copy = !c.tokenizer.sha256.empty() && fs::absolute(c.tokenizer.path).rfind(fs::absolute(own), 0) == 0;
-  fs::check_output(c.out_dir, {"out_dir", {c.model.init_from, copy ? "" : c.tokenizer.path, c.data.train, c.data.val}, true});
+  fs::check_output(c.out_dir,
+                   {"out_dir", {c.model.init_from, copy ? "" : c.tokenizer.path, c.data.train, c.data.val}, true});
   if (force || !fs::is_dir(c.out_dir) || is_run_folder(c.out_dir)) return;
   for (const char* f : kRunFiles)
     LLMTRAIN_CHECK(!fs::exists(c.out_dir + "/" + f), "out_dir ", c.out_dir, " holds ", f, ", which llmtrain did not ",
@@ -44,7 +45,8 @@ int64_t run_training(const TrainerConfig& cfg, const RunOptions& options, std::s
     if (rank == 0) {
       detail::check_run_folder(cfg, options.force);
       // --force adopts the folder as a run folder, so that the Trainer writes its files there.
-      if (options.force && fs::is_dir(cfg.out_dir) && !fs::is_our_output(cfg.out_dir)) fs::mark_output(cfg.out_dir, "run");
+      if (options.force && fs::is_dir(cfg.out_dir) && !fs::is_our_output(cfg.out_dir))
+        fs::mark_output(cfg.out_dir, "run");
     }
     const bool used = fs::exists(cfg.out_dir + "/checkpoints") || fs::exists(cfg.out_dir + "/metrics.jsonl");
     LLMTRAIN_CHECK(options.resume || !used, "out_dir ", cfg.out_dir,
@@ -53,20 +55,22 @@ int64_t run_training(const TrainerConfig& cfg, const RunOptions& options, std::s
     const bool resumed = !options.resume || trainer.resume_if_possible();
     const bool say = rank == 0 && !cfg.train.quiet;
     if (say && !resumed)
-      std::printf(used ? "out_dir %s holds no complete checkpoint (its run stopped before the first one): starting over "
-                         "from step 0\n"
-                       : "no checkpoint in %s: starting from step 0\n",
+      std::printf(used
+                      ? "out_dir %s holds no complete checkpoint (its run stopped before the first one): starting over "
+                        "from step 0\n"
+                      : "no checkpoint in %s: starting from step 0\n",
                   cfg.out_dir.c_str());
     const auto& m = trainer.model()->cfg;
     if (say) {
-      std::printf("GPT-2 %lld layers x %lld wide, %.1fM parameters%s%s; %lld tokens per step (%lld micro-steps%s); "
-                  "out_dir %s\n",
-                  static_cast<long long>(m.n_layer()), static_cast<long long>(m.n_embd()),
-                  double(trainer.model()->num_parameters()) / 1e6, cfg.model.init_from.empty() ? "" : " from ",
-                  cfg.model.init_from.c_str(),
-                  static_cast<long long>(world * trainer.grad_accum_steps() * cfg.train.batch_size * cfg.train.seq_len),
-                  static_cast<long long>(trainer.grad_accum_steps()),
-                  world > 1 ? (" on each of " + std::to_string(world) + " ranks").c_str() : "", cfg.out_dir.c_str());
+      std::printf(
+          "GPT-2 %lld layers x %lld wide, %.1fM parameters%s%s; %lld tokens per step (%lld micro-steps%s); "
+          "out_dir %s\n",
+          static_cast<long long>(m.n_layer()), static_cast<long long>(m.n_embd()),
+          double(trainer.model()->num_parameters()) / 1e6, cfg.model.init_from.empty() ? "" : " from ",
+          cfg.model.init_from.c_str(),
+          static_cast<long long>(world * trainer.grad_accum_steps() * cfg.train.batch_size * cfg.train.seq_len),
+          static_cast<long long>(trainer.grad_accum_steps()),
+          world > 1 ? (" on each of " + std::to_string(world) + " ranks").c_str() : "", cfg.out_dir.c_str());
     }
     const int64_t step = trainer.run();
     if (say)

@@ -64,8 +64,10 @@ GraphedStep::~GraphedStep() = default;
 torch::Tensor GraphedStep::run(const torch::Tensor& inputs, const torch::Tensor& targets, bool first) {
 #if LLMTRAIN_WITH_CUDA
   Impl& d = *impl_;
-  LLMTRAIN_CHECK(inputs.is_cuda() && targets.device() == inputs.device(), "GraphedStep: inputs and targets must be "
-                 "on one CUDA device, got ", inputs.device(), " and ", targets.device());
+  LLMTRAIN_CHECK(inputs.is_cuda() && targets.device() == inputs.device(),
+                 "GraphedStep: inputs and targets must be "
+                 "on one CUDA device, got ",
+                 inputs.device(), " and ", targets.device());
   if (first)
     for (size_t i = 0; i < d.params.size(); ++i)
       LLMTRAIN_CHECK(!d.params[i].grad().defined(), "GraphedStep: parameter ", i, " has a gradient at a step's first ",

@@ -51,8 +51,10 @@ void MetricsLogger::step(StepRecord& r, std::optional<std::chrono::steady_clock:
   r.tokens_per_s = double(o_.step_tokens) / dt;
   r.elapsed_s = elapsed_before_ + std::chrono::duration<double>(now - start_).count();
   if (o_.peak_flops > 0) r.mfu = r.tokens_per_s * o_.flops_per_token / o_.peak_flops;
-  Json line = {{"type", "train"}, {"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
-               {"tokens_per_s", r.tokens_per_s}, {"elapsed_s", r.elapsed_s}};
+  Json line = {{"type", "train"},          {"step", r.step},
+               {"loss", r.loss},           {"lr", r.lr},
+               {"grad_norm", r.grad_norm}, {"tokens_per_s", r.tokens_per_s},
+               {"elapsed_s", r.elapsed_s}};
   if (o_.peak_flops > 0) line["mfu"] = r.mfu;
   if (r.skipped) line["skipped"] = true;
   if (o_.loss_scale) line["loss_scale"] = r.loss_scale;

@@ -120,7 +120,9 @@ void save_hf_model(nn::GPT2& model, const std::string& dir, const fs::OutputOpti
     } else {
       fs::write_file_atomic(tmp + "/tokenizer.model", fs::read_file(files[0], uint64_t(1) << 30, "tokenizer"));
       // A SentencePiece model as llmtrain encodes with it: no bos or eos added to the text.
-      config.update({{"tokenizer_class", "LlamaTokenizer"}, {"add_bos_token", false}, {"add_eos_token", false},
+      config.update({{"tokenizer_class", "LlamaTokenizer"},
+                     {"add_bos_token", false},
+                     {"add_eos_token", false},
                      {"legacy", true}});
     }
     if (!eot.empty()) config.update({{"bos_token", eot}, {"eos_token", eot}, {"pad_token", eot}});

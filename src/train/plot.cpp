@@ -26,7 +26,8 @@ std::vector<double> ticks(double lo, double hi, int n) {
       break;
     }
   std::vector<double> out;
-  for (double t = std::ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) out.push_back(std::abs(t) < step * 1e-9 ? 0 : t);
+  for (double t = std::ceil(lo / step) * step; t <= hi + step * 1e-9; t += step)
+    out.push_back(std::abs(t) < step * 1e-9 ? 0 : t);
   return out;
 }
 
@@ -70,7 +71,8 @@ std::string loss_curves_svg(const std::string& metrics_jsonl, const std::string&
       << "<text x=\"" << W / 2 << "\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">" << escape_xml(title)
       << "</text>\n";
   if (train.empty() && val.empty()) {
-    svg << "<text x=\"" << W / 2 << "\" y=\"" << H / 2 << "\" text-anchor=\"middle\">no loss records yet</text>\n</svg>\n";
+    svg << "<text x=\"" << W / 2 << "\" y=\"" << H / 2
+        << "\" text-anchor=\"middle\">no loss records yet</text>\n</svg>\n";
     return svg.str();
   }
   double x0 = 0, x1 = 1, y0 = INFINITY, y1 = -INFINITY;
@@ -119,7 +121,8 @@ std::string loss_curves_svg(const std::string& metrics_jsonl, const std::string&
   polyline(smooth, "stroke=\"#1f77b4\" stroke-width=\"2\"");
   polyline(val, "stroke=\"#d62728\" stroke-width=\"2\"");
   for (const auto& p : val)
-    svg << "<circle cx=\"" << fmt("%.1f", px(p.x)) << "\" cy=\"" << fmt("%.1f", py(p.y)) << "\" r=\"3\" fill=\"#d62728\"/>\n";
+    svg << "<circle cx=\"" << fmt("%.1f", px(p.x)) << "\" cy=\"" << fmt("%.1f", py(p.y))
+        << "\" r=\"3\" fill=\"#d62728\"/>\n";
 
   // Legend, with the last values.
   const double lx = W - right - 210, ly = top + 14;

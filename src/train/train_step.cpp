@@ -8,10 +8,9 @@ TrainStep::TrainStep(nn::CausalLM& model, optim::MixedPrecisionOptimizer& opt, d
 
 void TrainStep::use_graph() {
   if (graph_) return;
-  graph_ = std::make_unique<GraphedStep>(model_.module().parameters(),
-                                         [this](const torch::Tensor& x, const torch::Tensor& y) {
-                                           return micro_step(x, y, {});
-                                         });
+  graph_ = std::make_unique<GraphedStep>(
+      model_.module().parameters(),
+      [this](const torch::Tensor& x, const torch::Tensor& y) { return micro_step(x, y, {}); });
 }
 
 torch::Tensor TrainStep::micro_step(const torch::Tensor& inputs, const torch::Tensor& targets,

@@ -94,7 +94,8 @@ double peak_flops(torch::Device device) {
 // (MemAvailable plus free swap). 0 when unknown.
 double device_memory(torch::Device device) {
 #if LLMTRAIN_WITH_CUDA
-  if (device.is_cuda()) return double(at::cuda::getDeviceProperties(device.index() < 0 ? 0 : device.index())->totalGlobalMem);
+  if (device.is_cuda())
+    return double(at::cuda::getDeviceProperties(device.index() < 0 ? 0 : device.index())->totalGlobalMem);
 #endif
   if (device.is_cuda()) return 0;
   std::istringstream in(fs::read_file("/proc/meminfo", uint64_t(1) << 20));
@@ -114,9 +115,10 @@ void check_memory(const TrainerConfig& c, torch::Device device, int world) {
   const nn::GPT2Config g = c.model.gpt2();
   const double params = double(g.stored_parameters());
   const bool master = c.train.precision == "bf16-master", low = master || c.train.precision != "fp32";
-  const double weights = params * (master ? 2 + 2 : 4 + 4);          // the parameters and their gradients
+  const double weights = params * (master ? 2 + 2 : 4 + 4);  // the parameters and their gradients
   const double optimizer = params * (master ? 8 + 4 : 8) / (c.train.zero ? world : 1);
-  const double logits = double(c.train.batch_size) * double(c.train.seq_len) * double(g.padded_vocab_size()) * (low ? 2 : 4);
+  const double logits =
+      double(c.train.batch_size) * double(c.train.seq_len) * double(g.padded_vocab_size()) * (low ? 2 : 4);
   const double need = weights + optimizer + logits, have = device_memory(device);
   const auto gb = [](double bytes) {
     char buf[32];
@@ -142,8 +144,8 @@ std::string shard_file(const char* what, int rank) {
 // weights) may differ from node to node and is left out.
 void check_same_config(const TrainerConfig& c, dist::Communicator& comm) {
   TrainerConfig same = c;
-  for (std::string* path : {&same.out_dir, &same.data.train, &same.data.val, &same.tokenizer.path,
-                            &same.model.init_from})
+  for (std::string* path :
+       {&same.out_dir, &same.data.train, &same.data.val, &same.tokenizer.path, &same.model.init_from})
     path->clear();
   uint64_t h = 1469598103934665603ull;
   for (const unsigned char ch : same.to_json()) h = (h ^ ch) * 1099511628211ull;
@@ -204,7 +206,8 @@ struct Trainer::Impl {
   std::unique_ptr<MetricsLogger> log;
   std::function<void(const StepRecord&)> callback;
   bool stop_requested = false;
-  struct sigaction old_int{}, old_term{};
+  struct sigaction old_int {
+  }, old_term{};
 
   // The CPU generator's state, and the device's when it is a GPU: what a checkpoint keeps.
   std::vector<torch::Tensor> rng_states() const {
@@ -253,16 +256,15 @@ struct Trainer::Impl {
     set_rng_states({saved.begin(), saved.begin() + long(k)});
     if (rank > 0) seed_rank_generators();
     if (rank == 0)
-      std::printf("checkpoint %s holds the random generators of %zu rank(s), this run has %d: the ranks past the first "
-                  "draw from fresh seeds (the run goes on, not bit for bit as an unbroken one)\n",
-                  dir.c_str(), ranks, world);
+      std::printf(
+          "checkpoint %s holds the random generators of %zu rank(s), this run has %d: the ranks past the first "
+          "draw from fresh seeds (the run goes on, not bit for bit as an unbroken one)\n",
+          dir.c_str(), ranks, world);
   }
 
   // Ranks past the first draw their dropout masks from generators of their own (rank 0 keeps the
   // seed's, so one rank trains as a single process does).
-  void seed_rank_generators() const {
-    torch::manual_seed(cfg.train.seed ^ (0x9E3779B97F4A7C15ull * uint64_t(rank)));
-  }
+  void seed_rank_generators() const { torch::manual_seed(cfg.train.seed ^ (0x9E3779B97F4A7C15ull * uint64_t(rank))); }
 
   void set_rng_states(const std::vector<torch::Tensor>& rng) const {
     const auto restore = [](at::Generator gen, const torch::Tensor& s) {  // a handle: shares the default one
@@ -334,7 +336,6 @@ struct Trainer::Impl {
     return std::make_unique<data::DataLoader>(o);
   }
 
-
   // The mean of a per-rank scalar over all ranks, on the device (one rank: v itself).
   torch::Tensor mean_over_ranks_tensor(torch::Tensor v) const {
     if (world == 1) return v;
@@ -387,7 +388,8 @@ struct Trainer::Impl {
   void write_sample() {
     std::vector<int32_t> prompt = cfg.sample.prompt.empty() ? std::vector<int32_t>{} : tok->encode(cfg.sample.prompt);
     if (prompt.empty()) {
-      LLMTRAIN_CHECK(tok->eot_id().has_value(), "sample.prompt is empty and the tokenizer has no end-of-text id to start from");
+      LLMTRAIN_CHECK(tok->eot_id().has_value(),
+                     "sample.prompt is empty and the tokenizer has no end-of-text id to start from");
       prompt = {*tok->eot_id()};
     }
     infer::SamplingOptions o;
@@ -407,7 +409,6 @@ struct Trainer::Impl {
     const std::string text = tokenizer::printable_utf8(tok->decode(ids));
     log->sample(step, text);
   }
-
 };
 
 Trainer::Trainer(TrainerConfig config, std::shared_ptr<dist::Communicator> comm) : impl_(std::make_unique<Impl>()) {
@@ -427,8 +428,9 @@ Trainer::Trainer(TrainerConfig config, std::shared_ptr<dist::Communicator> comm)
   }
   LLMTRAIN_CHECK(!c.data.train.empty(), "data.train is empty: give a glob of training shards or an SFT JSONL file");
   if (d.rank == 0) detail::check_run_folder(c, /*force=*/false);  // before anything is loaded or written
-  const int64_t micro = product_checked({c.train.batch_size, c.train.seq_len, d.world},  // tokens a micro-step, all ranks
-                                        "train.batch_size x train.seq_len x ranks");
+  const int64_t micro =
+      product_checked({c.train.batch_size, c.train.seq_len, d.world},  // tokens a micro-step, all ranks
+                      "train.batch_size x train.seq_len x ranks");
   const int64_t total = c.train.total_batch_tokens > 0 ? c.train.total_batch_tokens : micro;
   LLMTRAIN_CHECK(total % micro == 0, "train.total_batch_tokens ", total,
                  " is not a multiple of batch_size x seq_len x ranks = ", micro);
@@ -490,7 +492,7 @@ Trainer::Trainer(TrainerConfig config, std::shared_ptr<dist::Communicator> comm)
   }
   if (d.rank > 0) d.seed_rank_generators();
   g_stop = false;
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
   ::sigaction(SIGINT, &sa, &d.old_int);
@@ -538,7 +540,7 @@ int64_t Trainer::run() {
   // CPU a step's work is done when it is queued; on a GPU when its loss reaches the host.
   struct Queued {
     int64_t step;
-    HostCopy loss;  // the summed micro-step losses, averaged over ranks
+    HostCopy loss;                                              // the summed micro-step losses, averaged over ranks
     std::optional<std::chrono::steady_clock::time_point> done;  // the CPU's: when its work ended
   };
   std::optional<Queued> queued;
@@ -568,8 +570,8 @@ int64_t Trainer::run() {
       data::DataLoaderState loader;
       std::vector<torch::Tensor> rng;
     };
-    const std::optional<Start> before = queued ? std::optional<Start>(Start{d.train->state(), d.rng_states()})
-                                               : std::nullopt;
+    const std::optional<Start> before =
+        queued ? std::optional<Start>(Start{d.train->state(), d.rng_states()}) : std::nullopt;
     const torch::Tensor loss_sum = d.stepper->forward_backward(*d.train);
     if (queued) {
       record(/*wait_for_checks=*/false);
@@ -587,7 +589,8 @@ int64_t Trainer::run() {
                checkpoint_now = due(c.checkpoint.every, d.step);
     if (d.world > 1 || eval_now || sample_now || checkpoint_now || d.step == c.train.max_steps)
       record(/*wait_for_checks=*/true);
-    if (eval_now) d.log->pause(MetricsLogger::Pause::kEval, [&] {
+    if (eval_now)
+      d.log->pause(MetricsLogger::Pause::kEval, [&] {
         d.log->eval(d.step, evaluate());
         last_eval = d.step;
       });
@@ -674,13 +677,14 @@ bool Trainer::resume_if_possible() {
                  "; this config asks for ", d.cfg.train.precision);
   const bool sharded = d.opt->sharded();
   const int64_t zero_ranks = state.zero_ranks, want_ranks = sharded ? d.world : 0;
-  LLMTRAIN_CHECK(zero_ranks == want_ranks, "checkpoint ", dir, " holds ",
-                 zero_ranks > 0 ? "optimizer state sharded over " + std::to_string(zero_ranks) + " ranks (ZeRO-1)"
-                                : std::string("unsharded optimizer state"),
-                 "; this run ",
-                 sharded ? "shards it over " + std::to_string(d.world) + " ranks" : std::string("does not shard it"),
-                 ": resume with ", zero_ranks > 0 ? "train.zero=true on " + std::to_string(zero_ranks) + " ranks"
-                                                  : std::string("train.zero=false"));
+  LLMTRAIN_CHECK(
+      zero_ranks == want_ranks, "checkpoint ", dir, " holds ",
+      zero_ranks > 0 ? "optimizer state sharded over " + std::to_string(zero_ranks) + " ranks (ZeRO-1)"
+                     : std::string("unsharded optimizer state"),
+      "; this run ",
+      sharded ? "shards it over " + std::to_string(d.world) + " ranks" : std::string("does not shard it"),
+      ": resume with ",
+      zero_ranks > 0 ? "train.zero=true on " + std::to_string(zero_ranks) + " ranks" : std::string("train.zero=false"));
   // The shape, precision and sharding are named above as such; the other keys here.
   check_resumed_config(TrainerConfig::parse(state.config, "checkpoint " + dir + "/state.json's config"), d.cfg, dir,
                        d.rank == 0 && !d.cfg.train.quiet);
@@ -721,7 +725,8 @@ bool Trainer::resume_if_possible() {
 
   d.ckpt->set_saved_step(d.step);
   d.log->keep_through(d.step);
-  if (d.rank == 0 && !d.cfg.train.quiet) std::printf("resumed from %s (step %lld)\n", dir.c_str(), static_cast<long long>(d.step));
+  if (d.rank == 0 && !d.cfg.train.quiet)
+    std::printf("resumed from %s (step %lld)\n", dir.c_str(), static_cast<long long>(d.step));
   return true;
 }
 

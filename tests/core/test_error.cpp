@@ -1,6 +1,6 @@
+#include <c10/util/Exception.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <c10/util/Exception.h>
 
 #include <new>
 
@@ -38,9 +38,7 @@ TEST(Error, CheckPassesWhenTrueAndEvaluatesOnce) {
   EXPECT_EQ(calls, 1);
 }
 
-TEST(Error, IsAStdRuntimeError) {
-  EXPECT_THROW(LLMTRAIN_CHECK(false, "x"), std::runtime_error);
-}
+TEST(Error, IsAStdRuntimeError) { EXPECT_THROW(LLMTRAIN_CHECK(false, "x"), std::runtime_error); }
 
 #if LLMTRAIN_WITH_CUDA
 // Error codes are plain values: naming them needs the CUDA and NCCL libraries but no GPU.

@@ -42,7 +42,7 @@ TEST(Fs, MakeDirsAndRemoveTree) {
   EXPECT_TRUE(fs::exists(root + "/a/b/c/file.txt"));
   fs::remove_tree(root + "/a");
   EXPECT_FALSE(fs::exists(root + "/a"));
-  EXPECT_TRUE(fs::exists(root));  // the link's target survives
+  EXPECT_TRUE(fs::exists(root));       // the link's target survives
   fs::remove_tree(root + "/missing");  // a missing path is fine
   fs::remove_tree(root);
   EXPECT_FALSE(fs::exists(root));
@@ -160,7 +160,9 @@ TEST(Fs, ACrashAtAnyStepOfAReplaceLeavesACompleteOutput) {
   llmtrain::testing::TempDir t;
   const std::string out = t.path + "/out";
   fs::write_dir_atomic(out, "test", {"--to"}, [](const std::string& tmp) { fill_version(tmp, "old"); });
-  const auto replace = [&] { fs::write_dir_atomic(out, "test", {"--to"}, [](const std::string& tmp) { fill_version(tmp, "new"); }); };
+  const auto replace = [&] {
+    fs::write_dir_atomic(out, "test", {"--to"}, [](const std::string& tmp) { fill_version(tmp, "new"); });
+  };
   const auto beside = [&] {  // what lies beside `out`: name -> its version
     std::map<std::string, std::string> found;
     DIR* d = ::opendir(t.path.c_str());
@@ -224,7 +226,8 @@ TEST(Fs, AFullDiskNamesTheFileAndKeepsTheOldOutput) {
   fs::make_dirs(disk);
   const pid_t pid = ::fork();
   if (pid == 0) {
-    const bool mounted = ::unshare(CLONE_NEWNS) == 0 && ::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
+    const bool mounted = ::unshare(CLONE_NEWNS) == 0 &&
+                         ::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
                          ::mount("tmpfs", disk.c_str(), "tmpfs", 0, "size=64k") == 0;
     if (!mounted) ::_exit(77);
     int failures = 0;
@@ -240,7 +243,8 @@ TEST(Fs, AFullDiskNamesTheFileAndKeepsTheOldOutput) {
       expect(std::string(e.what()).find("No space left on device") != std::string::npos);
     }
     try {
-      fs::write_dir_atomic(disk + "/out", "test", {"--to"}, [&](const std::string& tmp) { fs::write_file_atomic(tmp + "/model.txt", big); });
+      fs::write_dir_atomic(disk + "/out", "test", {"--to"},
+                           [&](const std::string& tmp) { fs::write_file_atomic(tmp + "/model.txt", big); });
       expect(false);
     } catch (const llmtrain::Error& e) {
       expect(std::string(e.what()).find("No space left on device") != std::string::npos);

@@ -85,7 +85,7 @@ TEST(DataLoader, ShuffledEpochVisitsEveryWindowOnce) {
   for (int64_t i = 0; i < n; ++i) second.push_back(loader.next().inputs[0][0].item<int64_t>());
   const std::set<int64_t> starts(first.begin(), first.end());
   EXPECT_EQ(int64_t(starts.size()), n);
-  for (int64_t s : starts) EXPECT_EQ((s % 100000) % 8, 0) << s;  // windows start every T tokens
+  for (int64_t s : starts) EXPECT_EQ((s % 100000) % 8, 0) << s;        // windows start every T tokens
   EXPECT_EQ(std::set<int64_t>(second.begin(), second.end()), starts);  // the same windows
   EXPECT_NE(second, first);                                            // in a new order
 }
@@ -105,7 +105,7 @@ TEST(DataLoader, BatchShuffleKeepsEachBatchARunOfTheText) {
     first.push_back(start);
   }
   for (int i = 0; i < 27; ++i) second.push_back(loader.next().inputs[0][0].item<int64_t>());
-  EXPECT_EQ(std::set<int64_t>(first.begin(), first.end()).size(), 27u);                 // every batch once
+  EXPECT_EQ(std::set<int64_t>(first.begin(), first.end()).size(), 27u);  // every batch once
   EXPECT_EQ(std::set<int64_t>(second.begin(), second.end()), std::set<int64_t>(first.begin(), first.end()));
   EXPECT_NE(second, first);  // in a new order
   std::vector<int64_t> sorted = first;
@@ -131,11 +131,10 @@ TEST(DataLoader, BatchShuffleDrawsLlmcsOrder) {
   o.shuffle_unit = llmtrain::data::ShuffleUnit::kBatch;
   o.seed = 42;
   const std::vector<int64_t> expected = {
-      200000, 200096, 200016, 200224, 200208, 200048, 200144, 200176, 200064, 200128, 200032, 200240,
-      200112, 200272, 200080, 200160, 200192, 200256, 100000, 100032, 100016, 0,      16,     80,
-      64,     48,     32,     200240, 200160, 200208, 200096, 200128, 200032, 200192, 200224, 200256,
-      200144, 200048, 200080, 200272, 200112, 200000, 200064, 200176, 200016, 100000, 100016, 100032,
-      32,     80,     0,      16,     48,     64};
+      200000, 200096, 200016, 200224, 200208, 200048, 200144, 200176, 200064, 200128, 200032, 200240, 200112, 200272,
+      200080, 200160, 200192, 200256, 100000, 100032, 100016, 0,      16,     80,     64,     48,     32,     200240,
+      200160, 200208, 200096, 200128, 200032, 200192, 200224, 200256, 200144, 200048, 200080, 200272, 200112, 200000,
+      200064, 200176, 200016, 100000, 100016, 100032, 32,     80,     0,      16,     48,     64};
   DataLoader loader(o);
   std::vector<int64_t> starts;
   DataLoaderState mid;
@@ -195,19 +194,41 @@ TEST(DataLoader, SeedsDecideTheOrder) {
 
 TEST(DataLoader, BadInputNamesTheProblem) {
   Shards shards({100, 5});
-  expect_error([&] { auto o = shards.options(1, 8); o.pattern = shards.dir + "/nope_*.bin"; DataLoader l(o); },
-               {"no shard matches", "nope_*.bin"});
+  expect_error(
+      [&] {
+        auto o = shards.options(1, 8);
+        o.pattern = shards.dir + "/nope_*.bin";
+        DataLoader l(o);
+      },
+      {"no shard matches", "nope_*.bin"});
   expect_error([&] { DataLoader l(shards.options(1, 8)); }, {"train_000001.bin holds 5 tokens", "seq_len + 1 = 9"});
   Shards one({100});
-  expect_error([&] { auto o = one.options(1, 8); o.rank = 2; o.world_size = 2; DataLoader l(o); }, {"rank 2"});
-  expect_error([&] { auto o = one.options(0, 8); DataLoader l(o); }, {"batch_size must be positive"});
+  expect_error(
+      [&] {
+        auto o = one.options(1, 8);
+        o.rank = 2;
+        o.world_size = 2;
+        DataLoader l(o);
+      },
+      {"rank 2"});
+  expect_error(
+      [&] {
+        auto o = one.options(0, 8);
+        DataLoader l(o);
+      },
+      {"batch_size must be positive"});
   {
     auto o = one.options(4, 8);
     o.vocab_size = 50;  // the shard's tokens run to 99
     o.shuffle = false;
-    o.prefetch = 1;     // the error travels from the prefetch thread
+    o.prefetch = 1;  // the error travels from the prefetch thread
     DataLoader l(o);
-    expect_error([&] { l.next(); l.next(); }, {"train_000000.bin holds token id 50", "position 50", "[0, 50)"});
+    expect_error(
+        [&] {
+          l.next();
+          l.next();
+        },
+        {"train_000000.bin holds token id 50", "position 50", "[0, 50)"});
   }
   DataLoader l(one.options(1, 8));
   expect_error([&] { l.load_state({0, 3, 0}); }, {"shard 3"});

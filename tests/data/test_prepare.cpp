@@ -1,8 +1,8 @@
 // prepare_shards: the reference split of the State of the Union corpus to the token, JSONL input,
 // sharding, thread-count independence, the val-fraction pick and bad input.
+#include <dirent.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <dirent.h>
 
 #include <fstream>
 
@@ -13,8 +13,8 @@
 #include "llmtrain/tokenizer/gpt2_bpe.h"
 #include "test_util.h"
 
-using llmtrain::data::PrepareOptions;
 using llmtrain::data::prepare_shards;
+using llmtrain::data::PrepareOptions;
 using llmtrain::data::Shard;
 using llmtrain::testing::expect_error;
 using llmtrain::testing::TempDir;
@@ -64,7 +64,9 @@ TEST(Prepare, JsonlShardsAndThreadsGiveTheSameBytes) {
   TempDir dir;
   {
     std::ofstream f(dir.path + "/docs.jsonl");
-    for (int i = 0; i < 200; ++i) f << R"({"id": )" << i << R"(, "body": "Document number )" << i << R"( says hello."})" << "\n";
+    for (int i = 0; i < 200; ++i)
+      f << R"({"id": )" << i << R"(, "body": "Document number )" << i << R"( says hello."})"
+        << "\n";
     f << "\n";  // blank lines are fine
   }
   std::ofstream(dir.path + "/plain.txt") << "A plain text file is one document.";
@@ -98,7 +100,9 @@ TEST(Prepare, ValFractionIsSeededAndRoughlyRight) {
   TempDir dir;
   {
     std::ofstream f(dir.path + "/docs.jsonl");
-    for (int i = 0; i < 2000; ++i) f << R"({"text": "doc )" << i << R"("})" << "\n";
+    for (int i = 0; i < 2000; ++i)
+      f << R"({"text": "doc )" << i << R"("})"
+        << "\n";
   }
   std::vector<int64_t> val_docs;
   for (int run = 0; run < 2; ++run) {
@@ -141,7 +145,8 @@ TEST(Prepare, BadInputNamesTheFileAndLine) {
   o.inputs = {dir.path + "/missing.txt"};
   expect_error([&] { prepare_shards(*tok, o); }, {"missing.txt does not exist"});
 
-  std::ofstream(dir.path + "/bad.jsonl") << "{\"text\": \"fine\"}\n{\"text\": 3}\nnot json\n{\"text\": \"also fine\"}\n";
+  std::ofstream(dir.path + "/bad.jsonl")
+      << "{\"text\": \"fine\"}\n{\"text\": 3}\nnot json\n{\"text\": \"also fine\"}\n";
   o.inputs = {dir.path + "/bad.jsonl"};
   expect_error([&] { prepare_shards(*tok, o); }, {"bad.jsonl:2", "string field \"text\"", "--skip-bad-lines"});
   o.skip_bad_lines = true;

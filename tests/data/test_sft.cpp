@@ -38,8 +38,10 @@ std::vector<int64_t> row(const torch::Tensor& t) {
 TEST(SFT, PromptAndPaddingAreMaskedAndTheCompletionIsTrained) {
   LLMTRAIN_REQUIRE_DATA_DIR(data);
   const auto tok = llmtrain::tokenizer::GPT2BPE::from_dir(data + "/gpt2");
-  TempFile f(R"({"prompt": "Question: what is two plus two?", "completion": " Answer: four."})" "\n"
-             R"({"text": "Plain text is trained on everywhere."})" "\n");
+  TempFile f(R"({"prompt": "Question: what is two plus two?", "completion": " Answer: four."})"
+             "\n"
+             R"({"text": "Plain text is trained on everywhere."})"
+             "\n");
   SFTOptions o;
   o.path = f.path;
   o.seq_len = 32;
@@ -67,7 +69,8 @@ TEST(SFT, PromptAndPaddingAreMaskedAndTheCompletionIsTrained) {
 TEST(SFT, TheModelsLossCoversOnlyUnmaskedTargets) {
   LLMTRAIN_REQUIRE_DATA_DIR(data);
   const auto tok = llmtrain::tokenizer::GPT2BPE::from_dir(data + "/gpt2");
-  TempFile f(R"({"prompt": "Translate to French: cat", "completion": " chat"})" "\n");
+  TempFile f(R"({"prompt": "Translate to French: cat", "completion": " chat"})"
+             "\n");
   SFTOptions o;
   o.path = f.path;
   o.seq_len = 16;
@@ -88,7 +91,8 @@ TEST(SFT, PackingKeepsEveryTrainedTargetInFewerWindows) {
   const auto tok = llmtrain::tokenizer::GPT2BPE::from_dir(data + "/gpt2");
   std::string lines;
   for (int i = 0; i < 40; ++i)
-    lines += R"({"prompt": "Count )" + std::to_string(i) + R"(", "completion": " to )" + std::to_string(i + 1) + "\"}\n";
+    lines +=
+        R"({"prompt": "Count )" + std::to_string(i) + R"(", "completion": " to )" + std::to_string(i + 1) + "\"}\n";
   TempFile f(lines);
   SFTOptions o;
   o.path = f.path;
@@ -114,7 +118,9 @@ TEST(SFT, PackingKeepsEveryTrainedTargetInFewerWindows) {
         while (end < in.size() && pos[end] != 0) ++end;
         size_t last = end;
         while (last > start && tg[last - 1] == -100) --last;
-        if (last > start) out.push_back({{in.begin() + long(start), in.begin() + long(last)}, {tg.begin() + long(start), tg.begin() + long(last)}});
+        if (last > start)
+          out.push_back({{in.begin() + long(start), in.begin() + long(last)},
+                         {tg.begin() + long(start), tg.begin() + long(last)}});
         start = end;
       }
     }
@@ -131,7 +137,10 @@ TEST(SFT, PackingKeepsEveryTrainedTargetInFewerWindows) {
 TEST(SFT, PackedWindowsCarryEachExamplesPositions) {
   LLMTRAIN_REQUIRE_DATA_DIR(data);
   const auto tok = llmtrain::tokenizer::GPT2BPE::from_dir(data + "/gpt2");
-  TempFile f(R"({"prompt": "a b", "completion": " c"})" "\n" R"({"text": "d e f g"})" "\n");
+  TempFile f(R"({"prompt": "a b", "completion": " c"})"
+             "\n"
+             R"({"text": "d e f g"})"
+             "\n");
   SFTOptions o;
   o.path = f.path;
   o.seq_len = 12;
@@ -154,9 +163,12 @@ TEST(SFT, PackedWindowsCarryEachExamplesPositions) {
 TEST(SFT, PackedExamplesAttendOnlyToThemselves) {
   LLMTRAIN_REQUIRE_DATA_DIR(data);
   const auto tok = llmtrain::tokenizer::GPT2BPE::from_dir(data + "/gpt2");
-  TempFile f(R"({"prompt": "The capital of France is", "completion": " Paris."})" "\n"
-             R"({"text": "Seven times six is forty-two."})" "\n"
-             R"({"prompt": "Q: the colour of the sky?", "completion": " A: blue"})" "\n");
+  TempFile f(R"({"prompt": "The capital of France is", "completion": " Paris."})"
+             "\n"
+             R"({"text": "Seven times six is forty-two."})"
+             "\n"
+             R"({"prompt": "Q: the colour of the sky?", "completion": " A: blue"})"
+             "\n");
   SFTOptions o;
   o.path = f.path;
   o.seq_len = 40;
@@ -174,9 +186,13 @@ TEST(SFT, PackedExamplesAttendOnlyToThemselves) {
   for (const int64_t i : {2, 0, 1}) {
     const auto alone = sft.batch({{i}});
     const int64_t n = alone.targets[0].ne(-100).nonzero().max().item<int64_t>() + 1;  // the example's tokens
-    const auto mine = together.narrow(0, at, n), own = model->forward(alone.inputs, {}, alone.positions).logits[0].narrow(0, 0, n);
-    EXPECT_TRUE(torch::allclose(mine, own, 1e-4, 1e-4)) << "example " << i << ": " << (mine - own).abs().max().item<double>();
-    if (at > 0) { EXPECT_FALSE(torch::allclose(unmasked.narrow(0, at, n), own, 1e-4, 1e-4)) << "example " << i; }
+    const auto mine = together.narrow(0, at, n),
+               own = model->forward(alone.inputs, {}, alone.positions).logits[0].narrow(0, 0, n);
+    EXPECT_TRUE(torch::allclose(mine, own, 1e-4, 1e-4))
+        << "example " << i << ": " << (mine - own).abs().max().item<double>();
+    if (at > 0) {
+      EXPECT_FALSE(torch::allclose(unmasked.narrow(0, at, n), own, 1e-4, 1e-4)) << "example " << i;
+    }
     at += n;
   }
 }
@@ -219,9 +235,11 @@ TEST(SFT, LongExamplesAreCutOrDroppedAndCounted) {
   const auto tok = llmtrain::tokenizer::GPT2BPE::from_dir(data + "/gpt2");
   std::string long_text;
   for (int i = 0; i < 50; ++i) long_text += " word";
-  TempFile f(R"({"prompt": "Short", "completion": ")" + long_text + "\"}\n" +
-             R"({"prompt": ")" + long_text + R"(", "completion": " lost"})" "\n" +
-             R"({"prompt": "Fine", "completion": " yes"})" "\n");
+  TempFile f(R"({"prompt": "Short", "completion": ")" + long_text + "\"}\n" + R"({"prompt": ")" + long_text +
+             R"(", "completion": " lost"})"
+             "\n" +
+             R"({"prompt": "Fine", "completion": " yes"})"
+             "\n");
   SFTOptions o;
   o.path = f.path;
   o.seq_len = 16;
@@ -243,7 +261,8 @@ TEST(SFT, LoaderRanksAndResume) {
   o.seq_len = 8;
   const SFTDataset sft(*tok, o);
   SFTLoader single(sft, {.batch_size = 2});
-  SFTLoader r0(sft, {.batch_size = 2, .rank = 0, .world_size = 2}), r1(sft, {.batch_size = 2, .rank = 1, .world_size = 2});
+  SFTLoader r0(sft, {.batch_size = 2, .rank = 0, .world_size = 2}),
+      r1(sft, {.batch_size = 2, .rank = 1, .world_size = 2});
   for (int step = 0; step < 10; ++step) {  // crosses epochs (13 windows)
     EXPECT_TRUE(torch::equal(r0.next().inputs, single.next().inputs)) << step;
     EXPECT_TRUE(torch::equal(r1.next().inputs, single.next().inputs)) << step;
@@ -259,7 +278,10 @@ TEST(SFT, LoaderRanksAndResume) {
 TEST(SFT, BadLinesNameTheLine) {
   LLMTRAIN_REQUIRE_DATA_DIR(data);
   const auto tok = llmtrain::tokenizer::GPT2BPE::from_dir(data + "/gpt2");
-  TempFile f(R"({"prompt": "ok", "completion": " fine"})" "\n" R"({"prompt": "no completion"})" "\n[1, 2]\n{oops\n");
+  TempFile f(R"({"prompt": "ok", "completion": " fine"})"
+             "\n"
+             R"({"prompt": "no completion"})"
+             "\n[1, 2]\n{oops\n");
   SFTOptions o;
   o.path = f.path;
   o.seq_len = 16;

@@ -28,7 +28,12 @@ inline void expect_collectives(dist::Communicator& comm) {
   EXPECT_TRUE(torch::equal(b, torch::arange(6, torch::kFloat) * 2));
   comm.barrier();
   expect_error([&] { comm.broadcast(b, 2); }, {"root 2 is not a rank of 2"});
-  expect_error([&] { auto s = torch::zeros({2}, torch::kInt8); comm.all_reduce_sum(s); }, {"all_reduce_sum", "Char"});
+  expect_error(
+      [&] {
+        auto s = torch::zeros({2}, torch::kInt8);
+        comm.all_reduce_sum(s);
+      },
+      {"all_reduce_sum", "Char"});
   auto avg = torch::full({4}, double(r), torch::kDouble);
   comm.all_reduce_avg(avg);
   EXPECT_TRUE(torch::equal(avg, torch::full({4}, 0.5, torch::kDouble)));
@@ -39,8 +44,12 @@ inline void expect_collectives(dist::Communicator& comm) {
   auto gathered = torch::zeros({6});
   comm.all_gather(part, gathered);
   EXPECT_TRUE(torch::equal(gathered, torch::arange(6, torch::kFloat) * 2 + 10)) << gathered;
-  expect_error([&] { auto small = torch::zeros({2}); comm.reduce_scatter_sum(whole, small); },
-               {"reduce_scatter_sum", "2 parts of 2"});
+  expect_error(
+      [&] {
+        auto small = torch::zeros({2});
+        comm.reduce_scatter_sum(whole, small);
+      },
+      {"reduce_scatter_sum", "2 parts of 2"});
 }
 
 }  // namespace llmtrain::testing

@@ -41,8 +41,12 @@ TEST(Nccl, WorldOfOneCollectivesKeepTheRanksTensors_CUDA) {
   comm->broadcast(part, 0);
   comm->barrier();
   llmtrain::testing::expect_error([&] { comm->broadcast(part, 1); }, {"root 1 is not a rank of 1"});
-  llmtrain::testing::expect_error([&] { auto s = torch::zeros({3}, x.options()); comm->reduce_scatter_sum(x, s); },
-                                  {"reduce_scatter_sum", "1 parts of 3"});
+  llmtrain::testing::expect_error(
+      [&] {
+        auto s = torch::zeros({3}, x.options());
+        comm->reduce_scatter_sum(x, s);
+      },
+      {"reduce_scatter_sum", "1 parts of 3"});
 }
 
 TEST(Nccl, TrainerAtWorldOneTakesTheStepsOfOneProcess_CUDA) {
@@ -86,7 +90,7 @@ TEST(Nccl, WatchdogEndsTheRunWhenACollectiveDoesNotFinishInTime_CUDA) {
         auto acc = torch::zeros_like(a);
         for (int i = 0; i < 100; ++i) acc.addmm_(a, a);  // ~0.15 s each on an H200
         auto t = acc.narrow(0, 0, 1).flatten();
-        comm->all_reduce_sum(t);  // queued after the matmuls
+        comm->all_reduce_sum(t);                                // queued after the matmuls
         std::this_thread::sleep_for(std::chrono::seconds(60));  // the watchdog ends the process first
         std::exit(0);
       },

@@ -4,16 +4,16 @@
 // one process with two accumulation steps (plain and ZeRO-1), and configurations that differ. Every
 // rank runs every test, making the same collective calls in order. RanksKilledRank runs only under
 // tests/dist/killed_rank.sh, RanksAbortedRank and RanksThrowingRank only under env_ranks.sh.
-#include <gtest/gtest.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
 
-#include "llmtrain/dist/data_parallel.h"
 #include "dist/collectives.h"
+#include "llmtrain/dist/data_parallel.h"
 #include "llmtrain/dist/launch.h"
 #include "llmtrain/train/trainer.h"
 #include "test_util.h"
@@ -93,7 +93,9 @@ TEST(Ranks, EachRankDrawsItsOwnDropoutAndResumesItExactly) {
   torch::Tensor state = at::detail::getDefaultCPUGenerator().get_state().to(torch::kLong);
   torch::Tensor other = state.clone();
   comm->broadcast(other, 0);
-  if (comm->rank() == 1) { EXPECT_FALSE(torch::equal(state, other)) << "both ranks drew the same dropout masks"; }
+  if (comm->rank() == 1) {
+    EXPECT_FALSE(torch::equal(state, other)) << "both ranks drew the same dropout masks";
+  }
   {
     llmtrain::train::Trainer t(config("split"), comm);
     EXPECT_EQ(losses(t, 3).size(), 3u);  // stops after step 3 and checkpoints every rank's generators
@@ -190,7 +192,8 @@ TEST(Ranks, RanksWithDifferentConfigurationsAllFail) {
 }
 
 // Rank 1 kills itself during training; the job must end (the launcher ends rank 0, or rank 0's wait
-// times out) instead of rank 0 waiting in its next collective forever. killed_rank.sh checks the exit status and the time.
+// times out) instead of rank 0 waiting in its next collective forever. killed_rank.sh checks the exit status and the
+// time.
 TEST(RanksKilledRank, TheOtherRankDoesNotHang) {
   if (!std::getenv("LLMTRAIN_KILL_RANK_TEST")) GTEST_SKIP() << "run by tests/dist/killed_rank.sh";
   const auto comm = world();

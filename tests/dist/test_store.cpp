@@ -149,7 +149,10 @@ TEST(Store, TorchrunVariablesAreCheckedAndNamed) {
        {"MASTER_PORT=\"8x\" is not an integer"});
   with({{"WORLD_SIZE", "2"}, {"RANK", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "70000"}},
        {"MASTER_PORT=70000 is outside [1, 65535]"});
-  with({{"WORLD_SIZE", "2"}, {"RANK", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1"},
+  with({{"WORLD_SIZE", "2"},
+        {"RANK", "1"},
+        {"MASTER_ADDR", "127.0.0.1"},
+        {"MASTER_PORT", "1"},
         {"LLMTRAIN_DIST_TIMEOUT", "0"}},
        {"LLMTRAIN_DIST_TIMEOUT is 0"});
   // A world of no ranks is a broken launch, not one process; a rank outside the world is named.

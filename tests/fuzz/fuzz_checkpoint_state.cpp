@@ -5,8 +5,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
-    const auto state = llmtrain::train::detail::CheckpointState::parse({reinterpret_cast<const char*>(data), size},
-                                                                       "state.json");
+    const auto state =
+        llmtrain::train::detail::CheckpointState::parse({reinterpret_cast<const char*>(data), size}, "state.json");
     const auto again = llmtrain::train::detail::CheckpointState::parse(state.to_json(), "round trip");
     fuzz::require(again.to_json() == state.to_json());
     llmtrain::train::TrainerConfig::parse(state.config, "state.json's config");

@@ -10,7 +10,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   try {
     const auto cfg = llmtrain::train::TrainerConfig::parse(
-        text, "fuzz.json", override_line.empty() ? std::vector<std::string>{} : std::vector<std::string>{override_line});
+        text, "fuzz.json",
+        override_line.empty() ? std::vector<std::string>{} : std::vector<std::string>{override_line});
     // What parses writes back as JSON that parses to the same config.
     fuzz::require(llmtrain::train::TrainerConfig::parse(cfg.to_json(), "round trip").to_json() == cfg.to_json());
   } catch (const llmtrain::Error&) {

@@ -18,7 +18,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz::require(!w.examples.empty());
     std::vector<int64_t> lengths, order(w.examples.size());
     for (const auto& ex : w.examples) {
-      fuzz::require(!ex.inputs.empty() && ex.inputs.size() == ex.targets.size() && int64_t(ex.inputs.size()) <= o.seq_len);
+      fuzz::require(!ex.inputs.empty() && ex.inputs.size() == ex.targets.size() &&
+                    int64_t(ex.inputs.size()) <= o.seq_len);
       lengths.push_back(int64_t(ex.inputs.size()));
     }
     std::iota(order.rbegin(), order.rend(), 0);

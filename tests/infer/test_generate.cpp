@@ -116,13 +116,17 @@ TEST(KVCache, PrefillAndDecodeStepsEqualTheWholeForward) {
     const int64_t L = lengths[size_t(b)];
     const auto whole = model(seqs[b].narrow(0, 0, L + 5).unsqueeze(0)).logits[0];  // (L + 5, V)
     for (int64_t s = 0; s <= 5; ++s)
-      EXPECT_LT(llmtrain::testing::max_abs_diff(got[size_t(s)][b], whole[L - 1 + s]), 1e-5) << "row " << b << " step " << s;
+      EXPECT_LT(llmtrain::testing::max_abs_diff(got[size_t(s)][b], whole[L - 1 + s]), 1e-5)
+          << "row " << b << " step " << s;
   }
   expect_error([&] { model->decode(torch::zeros({2}, torch::kLong), torch::zeros({2}, torch::kLong), cache); },
                {"the cache holds 3 rows, the batch has 2"});
   expect_error([&] { model->prefill(prompts, torch::tensor({5, 10, 1}), cache); }, {"every length must lie in [1, 9]"});
-  expect_error([&] { model->decode(seqs.select(1, 0), torch::tensor({3, 20, 4}), cache); },
-               {"positions must lie in [0, 20)"});
+  expect_error(
+      [&] {
+        model->decode(seqs.select(1, 0), torch::tensor({3, 20, 4}), cache);
+      },
+      {"positions must lie in [0, 20)"});
 }
 
 TEST(Generator, BatchOfPromptsEqualsEachPromptAlone) {
@@ -130,7 +134,8 @@ TEST(Generator, BatchOfPromptsEqualsEachPromptAlone) {
   const std::vector<std::vector<int32_t>> prompts = {{5, 17, 250}, {9}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}};
   llmtrain::infer::Generator gen(model);
   std::vector<std::vector<int32_t>> seen(3);
-  const auto batch = gen.generate(prompts, 20, greedy(), [&](int64_t row, int32_t id) { seen[size_t(row)].push_back(id); });
+  const auto batch =
+      gen.generate(prompts, 20, greedy(), [&](int64_t row, int32_t id) { seen[size_t(row)].push_back(id); });
   ASSERT_EQ(batch.size(), 3u);
   EXPECT_EQ(seen, batch);  // on_token saw every id, in order
   for (size_t b = 0; b < 3; ++b) {
@@ -153,7 +158,7 @@ TEST(Generator, StopTokensEndEachRowOnItsOwnAndSeedsRepeat) {
   llmtrain::infer::Generator gen(model);
   const auto free = gen.generate(prompts, 12, greedy());
   auto o = greedy();
-  o.stop_tokens = {free[0][3], 299};  // row 0 makes the first as its 4th token (or before)
+  o.stop_tokens = {free[0][3], 299};                       // row 0 makes the first as its 4th token (or before)
   const auto cut = [&](const std::vector<int32_t>& row) {  // up to and with the first stop token
     const auto at = std::find_first_of(row.begin(), row.end(), o.stop_tokens.begin(), o.stop_tokens.end());
     return std::vector<int32_t>(row.begin(), at == row.end() ? at : at + 1);

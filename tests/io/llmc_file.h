@@ -32,9 +32,9 @@ inline std::string llmc_bytes(llmtrain::nn::GPT2& model, int32_t version, int64_
   };
   const auto wte = torch::cat({p["transformer.wte.weight"].narrow(0, 0, V), torch::randn({Vp - V, C})});
   std::vector<torch::Tensor> order = {wte, p["transformer.wpe.weight"]};
-  for (const char* n : {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
-                        "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
-                        "mlp.c_proj.weight", "mlp.c_proj.bias"})
+  for (const char* n :
+       {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias",
+        "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"})
     order.push_back(layers(n));
   order.push_back(p["transformer.ln_f.weight"]);
   order.push_back(p["transformer.ln_f.bias"]);

@@ -2,8 +2,8 @@
 // models that transformers saved load with its logits; exported folders load back into transformers
 // with the same logits; greedy generation agrees; bad folders are clear errors naming file and tensor.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdlib>
 #include <fstream>
@@ -68,7 +68,9 @@ TEST(HFGPT2, LoadsFoldersTransformersSavedWithItsLogits) {
     const std::string folder = dir.path + "/" + kind;
     run({"make", folder, kind});
     ASSERT_TRUE(llmtrain::io::is_hf_dir(folder));
-    if (kind == "tiny-sharded") { ASSERT_TRUE(llmtrain::fs::exists(folder + "/model.safetensors.index.json")); }
+    if (kind == "tiny-sharded") {
+      ASSERT_TRUE(llmtrain::fs::exists(folder + "/model.safetensors.index.json"));
+    }
     auto model = llmtrain::io::load_hf_gpt2(folder);
     EXPECT_EQ(model->cfg.vocab_size(), 1000);
     EXPECT_EQ(model->cfg.block_size(), 64);
@@ -123,7 +125,8 @@ TEST(HFGPT2, ExportedFoldersLoadInTransformersAndGenerateAlike) {
   greedy.temperature = 0;
   const auto ours = llmtrain::infer::generate(model, prompt, 64, greedy);
   run({"greedy", out, "[5, 17, 250, 999, 3]", "64", dir.path + "/greedy.json"});
-  const auto theirs = nlohmann::json::parse(llmtrain::fs::read_file(dir.path + "/greedy.json")).get<std::vector<int32_t>>();
+  const auto theirs =
+      nlohmann::json::parse(llmtrain::fs::read_file(dir.path + "/greedy.json")).get<std::vector<int32_t>>();
   EXPECT_EQ(ours, theirs);
   EXPECT_EQ(ours.size(), prompt.size() + 64);
 }
@@ -159,7 +162,8 @@ TEST(HFGPT2, BadFoldersNameTheFileAndTheTensor) {
   expect_error([&] { llmtrain::io::load_hf_gpt2(d); }, {"config.json", "config.json: n_layer is missing"});
   // A tensor missing, one too many, and an untied head.
   const llmtrain::io::SafetensorsFile src(good + "/model.safetensors");
-  const auto rewrite = [&](const std::string& name, const std::function<void(std::vector<std::pair<std::string, torch::Tensor>>&)>& f) {
+  const auto rewrite = [&](const std::string& name,
+                           const std::function<void(std::vector<std::pair<std::string, torch::Tensor>>&)>& f) {
     const std::string dd = copy_to(name);
     std::vector<std::pair<std::string, torch::Tensor>> t;
     for (const auto& n : src.names()) t.emplace_back(n, src.get(n));
@@ -228,7 +232,8 @@ TEST(HFGPT2, Bf16KVCacheGenerationMatchesTransformers_CUDA) {
     EXPECT_TRUE(torch::equal(got.argmax(-1), torch::tensor(std::vector<int64_t>(ours.begin(), ours.end()))));
 
     run({"greedy", hf, "[5, 17, 250, 999, 3]", std::to_string(N), dir.path + "/greedy.json", "cuda", "bfloat16"});
-    const auto hf_seq = nlohmann::json::parse(llmtrain::fs::read_file(dir.path + "/greedy.json")).get<std::vector<int64_t>>();
+    const auto hf_seq =
+        nlohmann::json::parse(llmtrain::fs::read_file(dir.path + "/greedy.json")).get<std::vector<int64_t>>();
     ASSERT_EQ(int64_t(hf_seq.size()), P + N);
     const auto top2 = std::get<0>(want.topk(2, -1));
     const auto gaps = (top2.select(1, 0) - top2.select(1, 1));  // (N) in float32

@@ -8,8 +8,8 @@
 #include <cstring>
 #include <fstream>
 
-#include "llmtrain/io/llmc.h"
 #include "io/llmc_file.h"
+#include "llmtrain/io/llmc.h"
 #include "test_util.h"
 
 using llmtrain::testing::expect_error;
@@ -49,7 +49,9 @@ TEST(LlmcCheckpoint, LoadsFloat32AndBFloat16Files) {
     model->eval();
     loaded->eval();
     const auto ids = torch::randint(1000, {2, 9}, torch::kLong);
-    if (version == 3) { EXPECT_TRUE(torch::equal(model(ids).logits, loaded(ids).logits)); }
+    if (version == 3) {
+      EXPECT_TRUE(torch::equal(model(ids).logits, loaded(ids).logits));
+    }
   }
 }
 
@@ -57,7 +59,8 @@ TEST(LlmcCheckpoint, BadFilesNameTheFileAndWhatIsWrong) {
   TempDir dir;
   auto model = llmtrain::nn::GPT2(llmtrain::nn::GPT2Config::preset("tiny").vocab_size(1000).block_size(64));
   const std::string good = llmc_bytes(model, 3, 1024);
-  expect_error([&] { llmtrain::io::load_llmc_gpt2(dir.path + "/none.bin"); }, {"llm.c model " + dir.path + "/none.bin: cannot open (No such file"});
+  expect_error([&] { llmtrain::io::load_llmc_gpt2(dir.path + "/none.bin"); },
+               {"llm.c model " + dir.path + "/none.bin: cannot open (No such file"});
   expect_error([&] { llmtrain::io::load_llmc_gpt2(write(dir.path + "/s.bin", good.substr(0, 100))); },
                {"s.bin", "shorter than the 1024-byte header"});
   std::string b = good;
@@ -92,7 +95,9 @@ TEST(LlmcCheckpoint, EveryHeaderFieldOutOfRangeIsNamed) {
         ADD_FAILURE() << "taken";
       } catch (const llmtrain::Error& e) {
         EXPECT_THAT(e.what(), ::testing::HasSubstr("llm.c model " + path));
-        if (value <= 0) { EXPECT_THAT(e.what(), ::testing::HasSubstr(std::string(names[field - 2]) + " " + std::to_string(value))); }
+        if (value <= 0) {
+          EXPECT_THAT(e.what(), ::testing::HasSubstr(std::string(names[field - 2]) + " " + std::to_string(value)));
+        }
       }
     }
 }

@@ -3,9 +3,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <unistd.h>
 #include <cstdlib>
 #include <fstream>
-#include <unistd.h>
 
 #include "llmtrain/io/safetensors.h"
 #include "test_util.h"
@@ -126,7 +126,8 @@ TEST(Safetensors, CorruptFilesNameTheFileAndTheTensor) {
   bad(R"({"x":)", "", {"bad.safetensors", "not valid JSON"});
   bad("[1, 2]", "", {"not a JSON object"});
   bad(R"({"x":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", d8, {"tensor x", "dtype I64 is not supported"});
-  bad(R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", d8, {"tensor x", "8 bytes for shape [3]", "needs 12"});
+  bad(R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", d8,
+      {"tensor x", "8 bytes for shape [3]", "needs 12"});
   bad(R"({"x":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", d8, {"tensor x", "[0, 16]", "outside the 8 bytes"});
   bad(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", d8, {"tensor x", "[8, 0]"});
   bad(R"({"x":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", d8, {"tensor x", "not a size"});
@@ -134,6 +135,7 @@ TEST(Safetensors, CorruptFilesNameTheFileAndTheTensor) {
   bad(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"y":{"dtype":"F16","shape":[2],"data_offsets":[4,8]}})",
       d8, {"tensors x [0, 8) and y [4, 8) overlap"});
   bad(R"({"__metadata__":{"k":1}})", "", {"__metadata__.k must be a string, got 1"});
-  SafetensorsFile ok(raw_file(dir.path, "ok.safetensors", R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", d8));
+  SafetensorsFile ok(
+      raw_file(dir.path, "ok.safetensors", R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", d8));
   expect_error([&] { ok.get("w"); }, {"ok.safetensors", "no tensor named w"});
 }

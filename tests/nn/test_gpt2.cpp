@@ -27,9 +27,7 @@ using ::testing::HasSubstr;
 
 namespace {
 
-torch::Tensor random_tokens(int64_t B, int64_t T, int64_t vocab) {
-  return torch::randint(vocab, {B, T}, torch::kLong);
-}
+torch::Tensor random_tokens(int64_t B, int64_t T, int64_t vocab) { return torch::randint(vocab, {B, T}, torch::kLong); }
 
 }  // namespace
 
@@ -67,8 +65,8 @@ TEST(GPT2, ParameterNamesAreHuggingFaces) {
   GPT2 model(GPT2Config::preset("tiny"));
   std::set<std::string> names;
   for (const auto& item : model->named_parameters()) names.insert(item.key());
-  std::set<std::string> expected = {"transformer.wte.weight", "transformer.wpe.weight",
-                                    "transformer.ln_f.weight", "transformer.ln_f.bias"};
+  std::set<std::string> expected = {"transformer.wte.weight", "transformer.wpe.weight", "transformer.ln_f.weight",
+                                    "transformer.ln_f.bias"};
   for (int layer = 0; layer < 2; ++layer) {
     for (const char* leaf : {"ln_1", "attn.c_attn", "attn.c_proj", "ln_2", "mlp.c_fc", "mlp.c_proj"}) {
       const std::string base = "transformer.h." + std::to_string(layer) + "." + leaf;
@@ -191,8 +189,8 @@ TEST(GPT2, LogitsMatchHuggingFaceTransformers) {
   const auto idx = random_tokens(3, 40, cfg.vocab_size());
 
   c10::Dict<std::string, torch::Tensor> blob;
-  blob.insert("config", torch::tensor({cfg.vocab_size(), cfg.block_size(), cfg.n_layer(),
-                                       cfg.n_head(), cfg.n_embd()}, torch::kLong));
+  blob.insert("config", torch::tensor({cfg.vocab_size(), cfg.block_size(), cfg.n_layer(), cfg.n_head(), cfg.n_embd()},
+                                      torch::kLong));
   blob.insert("idx", idx);
   for (const auto& item : model->named_parameters()) blob.insert(item.key(), item.value().detach());
 
@@ -202,8 +200,7 @@ TEST(GPT2, LogitsMatchHuggingFaceTransformers) {
     const auto bytes = torch::pickle_save(c10::IValue(blob));
     std::ofstream(in, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   }
-  const std::string cmd = "'" + python + "' '" + source + "/tests/python/hf_gpt2_logits.py' '" + in +
-                          "' '" + out + "'";
+  const std::string cmd = "'" + python + "' '" + source + "/tests/python/hf_gpt2_logits.py' '" + in + "' '" + out + "'";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   torch::NoGradGuard no_grad;
   const auto ours = model(idx).logits;
@@ -217,15 +214,13 @@ TEST(GPT2, LogitsMatchHuggingFaceTransformers) {
 }
 
 TEST(GPT2, BadConfigsAndInputsNameTheValueAndTheLimit) {
-  expect_error([] { GPT2(GPT2Config::preset("tiny").n_head(3)); },
-               {"n_embd 64", "not divisible by n_head 3"});
+  expect_error([] { GPT2(GPT2Config::preset("tiny").n_head(3)); }, {"n_embd 64", "not divisible by n_head 3"});
   expect_error([] { GPT2(GPT2Config::preset("tiny").n_layer(0)); }, {"n_layer must be in [1, 4096], got 0"});
   expect_error([] { GPT2(GPT2Config::preset("tiny").dropout(1.5)); }, {"dropout", "1.5"});
 
   const auto cfg = GPT2Config::preset("tiny");
   GPT2 model(cfg);
-  expect_error([&] { model(random_tokens(1, 129, cfg.vocab_size())); },
-               {"sequence length 129", "block_size 128"});
+  expect_error([&] { model(random_tokens(1, 129, cfg.vocab_size())); }, {"sequence length 129", "block_size 128"});
   auto idx = random_tokens(1, 8, cfg.vocab_size());
   idx[0][5] = 50257;
   expect_error([&] { model(idx); }, {"idx", "token id 50257", "[0, 50257)"});
@@ -258,8 +253,8 @@ TEST(GPT2, CudaMatchesCpu_CUDA) {
   const auto ref_params = cpu->named_parameters();
   for (const auto& item : gpu->named_parameters()) {
     const auto& expected = ref_params[item.key()].grad();
-    EXPECT_LT(max_abs_diff(item.value().grad().cpu(), expected),
-              1e-5 + 1e-3 * expected.abs().max().item<double>()) << item.key();
+    EXPECT_LT(max_abs_diff(item.value().grad().cpu(), expected), 1e-5 + 1e-3 * expected.abs().max().item<double>())
+        << item.key();
   }
   // Bad ids are caught on the device too, without a wait: check_inputs() (or the next forward) reports
   // them, and the bad row is NaN in the meantime.

@@ -143,10 +143,16 @@ TEST(OpsEmbedding, StartOffsetsEachRowsPositions) {
   for (int64_t b = 0; b < 3; ++b)
     for (int64_t t = 0; t < 2; ++t)
       EXPECT_LT(max_abs_diff(x[b][t], wte[idx[b][t].item<int64_t>()] + wpe[start[b].item<int64_t>() + t]), 1e-15);
-  llmtrain::testing::expect_error([&] { ops::embedding(idx, wte, wpe, 10, ids, torch::tensor({0, 4, 8})); },
-                                  {"start puts positions outside wpe's [0, 9)"});
-  llmtrain::testing::expect_error([&] { ops::embedding(idx, wte, wpe, 10, ids, torch::tensor({0, 4})); },
-                                  {"start must be (3) or [3, 2]"});
+  llmtrain::testing::expect_error(
+      [&] {
+        ops::embedding(idx, wte, wpe, 10, ids, torch::tensor({0, 4, 8}));
+      },
+      {"start puts positions outside wpe's [0, 9)"});
+  llmtrain::testing::expect_error(
+      [&] {
+        ops::embedding(idx, wte, wpe, 10, ids, torch::tensor({0, 4}));
+      },
+      {"start must be (3) or [3, 2]"});
   const auto trainable = wte.clone().requires_grad_();
   llmtrain::testing::expect_error([&] { ops::embedding(idx, trainable, wpe, 10, ids, start); }, {"no backward"});
 }
@@ -312,7 +318,8 @@ TEST(OpsAttention, DocumentMaskKeepsEachDocumentToItself) {
   for (int64_t t = 0; t < 10; ++t)
     for (int64_t s = 0; s < 10; ++s)
       EXPECT_EQ(mask[0][0][t][s].item<bool>(), s <= t && doc[size_t(s)] == doc[size_t(t)]) << t << ", " << s;
-  const auto q = torch::randn({1, 2, 10, 4}, kF64).requires_grad_(), k = torch::randn({1, 2, 10, 4}, kF64).requires_grad_();
+  const auto q = torch::randn({1, 2, 10, 4}, kF64).requires_grad_(),
+             k = torch::randn({1, 2, 10, 4}, kF64).requires_grad_();
   const auto v = torch::randn({1, 2, 10, 4}, kF64).requires_grad_();
   const auto y = ops::attention(q, k, v, 0.0, mask);
   for (const auto& [at, n] : std::vector<std::pair<int64_t, int64_t>>{{0, 3}, {3, 2}, {5, 4}, {9, 1}}) {
@@ -353,8 +360,11 @@ TEST(OpsDecodeAttention, AppendsToTheCacheAndAttendsToTheRowsPrefix) {
       EXPECT_LT(max_abs_diff(y[b].narrow(0, h * D, D), torch::mv(want_v.narrow(0, 0, p + 1).t(), w)), 1e-12);
     }
   }
-  llmtrain::testing::expect_error([&] { ops::decode_attention(qkv, kc, vc, torch::tensor({0, 10, 2})); },
-                                  {"positions must lie in [0, 10)", "[0, 10]"});
+  llmtrain::testing::expect_error(
+      [&] {
+        ops::decode_attention(qkv, kc, vc, torch::tensor({0, 10, 2}));
+      },
+      {"positions must lie in [0, 10)", "[0, 10]"});
   llmtrain::testing::expect_error([&] { ops::decode_attention(qkv.narrow(1, 0, C), kc, vc, torch::tensor(pos)); },
                                   {"qkv must be (3, 24)"});
   llmtrain::testing::expect_error([&] { ops::decode_attention(qkv.to(torch::kFloat), kc, vc, torch::tensor(pos)); },
@@ -447,7 +457,8 @@ TEST(OpsAdamW, StochasticRoundingIsUnbiasedAndDependsOnSeedStepAndTensor) {
   }
   // Non-finite masters keep their value.
   std::vector<torch::Tensor> w = {torch::tensor({INFINITY, -INFINITY, NAN, 3.0f})}, g = {torch::zeros({4})};
-  std::vector<torch::Tensor> m = {torch::zeros({4})}, v = {torch::zeros({4})}, p = {torch::zeros({4}, torch::kBFloat16)};
+  std::vector<torch::Tensor> m = {torch::zeros({4})}, v = {torch::zeros({4})},
+                             p = {torch::zeros({4}, torch::kBFloat16)};
   ops::AdamWHyper h;
   h.stochastic_rounding = true;
   ops::adamw_step(w, g, m, v, p, {0.0}, h, ops::grad_norm_scale(g, 1.0, 0.0));

@@ -1,7 +1,7 @@
 // The CUDA paths of the ops against their ATen reference (float64 on the CPU), on fresh random inputs
 // of awkward sizes, contiguous and strided, forward and backward, at DESIGN.md's tolerances.
-#include <gtest/gtest.h>
 #include <ATen/autocast_mode.h>
+#include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <array>
@@ -14,9 +14,9 @@
 #include "llmtrain/ops/dispatch.h"
 #include "llmtrain/ops/embedding.h"
 #include "llmtrain/ops/gelu.h"
+#include "llmtrain/ops/layer_norm.h"
 #include "llmtrain/ops/linear.h"
 #include "llmtrain/ops/mlp.h"
-#include "llmtrain/ops/layer_norm.h"
 #include "test_util.h"
 
 namespace ops = llmtrain::ops;
@@ -196,7 +196,9 @@ TEST(OpsAdamW, FusedStepMatchesReference_CUDA) {
         EXPECT_TRUE(torch::allclose(gpu.masters[i].cpu(), cpu.masters[i], 1.3e-6, 1e-5)) << "master " << i;
         EXPECT_TRUE(torch::allclose(gpu.exp_avgs[i].cpu(), cpu.exp_avgs[i], 1.3e-6, 1e-6)) << "exp_avg " << i;
         EXPECT_TRUE(torch::allclose(gpu.exp_avg_sqs[i].cpu(), cpu.exp_avg_sqs[i], 1.3e-6, 1e-9)) << "exp_avg_sq " << i;
-        if (bf16_params) { EXPECT_TRUE(torch::equal(gpu.params[i], gpu.masters[i].to(torch::kBFloat16))) << "param " << i; }
+        if (bf16_params) {
+          EXPECT_TRUE(torch::equal(gpu.params[i], gpu.masters[i].to(torch::kBFloat16))) << "param " << i;
+        }
       }
     }
 }
@@ -267,9 +269,9 @@ TEST(OpsLayerNorm, KernelsMatchReference_CUDA) {
         for (const bool fused : {false, true}) {
           if (C >= 1600 && rows > 113) continue;  // keep the float64 reference quick
           torch::manual_seed(seed * 1000003 + uint64_t(case_index++));
-          SCOPED_TRACE(testing::Message() << xt << "/" << wt << " rows " << rows << " C " << C
-                                          << (fused ? " with the residual add" : "") << ", seed " << seed << " case "
-                                          << case_index - 1);
+          SCOPED_TRACE(testing::Message()
+                       << xt << "/" << wt << " rows " << rows << " C " << C << (fused ? " with the residual add" : "")
+                       << ", seed " << seed << " case " << case_index - 1);
           const auto x = (2 * torch::randn({rows, C}, torch::kDouble) + 0.5).to(xt);
           const auto delta = torch::randn({rows, C}, torch::kDouble).to(xt);
           const auto w = (1 + 0.3 * torch::randn({C}, torch::kDouble)).to(wt),
@@ -292,14 +294,16 @@ TEST(OpsLayerNorm, KernelsMatchReference_CUDA) {
             auto aw = w.to(torch::kCUDA).requires_grad_(), ab = b.to(torch::kCUDA).requires_grad_();
             const auto ah = fused ? ax + ad : ax;
             const auto ay = at::layer_norm(ah, {C}, aw, ab);
-            torch::autograd::backward(fused ? std::vector<torch::Tensor>{ay, ah} : std::vector<torch::Tensor>{ay},
-                                      fused ? std::vector<torch::Tensor>{dy.cuda(), dh.cuda()}
-                                            : std::vector<torch::Tensor>{dy.cuda()});
+            torch::autograd::backward(
+                fused ? std::vector<torch::Tensor>{ay, ah} : std::vector<torch::Tensor>{ay},
+                fused ? std::vector<torch::Tensor>{dy.cuda(), dh.cuda()} : std::vector<torch::Tensor>{dy.cuda()});
             const auto err = [](const torch::Tensor& got, const torch::Tensor& want) {
               return (got.to(torch::kCPU, torch::kDouble) - want).abs().max().item<double>();
             };
-            aten_error = {{"y", err(ay, ry.detach())}, {"dx", err(ax.grad(), rx.grad())},
-                          {"dweight", err(aw.grad(), rw.grad())}, {"dbias", err(ab.grad(), rb.grad())}};
+            aten_error = {{"y", err(ay, ry.detach())},
+                          {"dx", err(ax.grad(), rx.grad())},
+                          {"dweight", err(aw.grad(), rw.grad())},
+                          {"dbias", err(ab.grad(), rb.grad())}};
             if (fused) aten_error["ddelta"] = err(ad.grad(), rd.grad());
           }
           // Kernels: x transposed twice, so the op sees a non-contiguous (rows, C) view.
@@ -315,8 +319,10 @@ TEST(OpsLayerNorm, KernelsMatchReference_CUDA) {
           bool failed = false;
           const auto near = [&](const torch::Tensor& got, const torch::Tensor& want, const char* what) {
             const auto g = got.to(torch::kCPU, torch::kDouble);
-            const double error = (g - want).abs().max().item<double>(), aten = aten_error.count(what) ? aten_error[what] : 0;
-            const bool ok = torch::allclose(g, want, tol, 1e-5 + tol * want.abs().max().item<double>()) || error <= 2 * aten;
+            const double error = (g - want).abs().max().item<double>(),
+                         aten = aten_error.count(what) ? aten_error[what] : 0;
+            const bool ok =
+                torch::allclose(g, want, tol, 1e-5 + tol * want.abs().max().item<double>()) || error <= 2 * aten;
             EXPECT_TRUE(ok) << what << " max diff " << error << " (ATen's in the same precision: " << aten << ")";
             failed = failed || !ok;
           };
@@ -342,7 +348,8 @@ TEST(OpsLayerNorm, MisalignedAndMixedInputs_CUDA) {
   // A view starting one element into its storage: not 16-byte aligned.
   const auto base = torch::randn({65 * 768 + 1}, cuda.dtype(torch::kBFloat16));
   const auto x = base.narrow(0, 1, 65 * 768).view({65, 768});
-  const auto w = torch::randn({768}, cuda.dtype(torch::kBFloat16)), b = torch::randn({768}, cuda.dtype(torch::kBFloat16));
+  const auto w = torch::randn({768}, cuda.dtype(torch::kBFloat16)),
+             b = torch::randn({768}, cuda.dtype(torch::kBFloat16));
   const auto want = at::layer_norm(x.to(torch::kFloat), {768}, w.to(torch::kFloat), b.to(torch::kFloat));
   EXPECT_TRUE(torch::allclose(ops::layer_norm(x, w, b).to(torch::kFloat), want, 1.6e-2, 1e-2));
   // float32 x + bf16 delta (what bf16 autocast hands the residual stream): the sum is float32.
@@ -389,9 +396,10 @@ TEST(OpsGelu, KernelsMatchReference_CUDA) {
         gy.backward(dy.cuda());
         const double tol = dtype == torch::kFloat ? 1.3e-6 : tolerance(dtype);
         const auto y = gy.to(torch::kCPU, torch::kDouble), g = gx.grad().to(torch::kCPU, torch::kDouble);
-        EXPECT_TRUE(torch::allclose(y, ry.detach(), tol, 1e-5)) << "y, max diff " << (y - ry).abs().max().item<double>();
-        EXPECT_TRUE(torch::allclose(g, rx.grad(), tol, 1e-5)) << "dx, max diff "
-                                                               << (g - rx.grad()).abs().max().item<double>();
+        EXPECT_TRUE(torch::allclose(y, ry.detach(), tol, 1e-5))
+            << "y, max diff " << (y - ry).abs().max().item<double>();
+        EXPECT_TRUE(torch::allclose(g, rx.grad(), tol, 1e-5))
+            << "dx, max diff " << (g - rx.grad()).abs().max().item<double>();
       }
     }
   // A strided input is made contiguous first.
@@ -402,8 +410,8 @@ TEST(OpsGelu, KernelsMatchReference_CUDA) {
 TEST(OpsEmbedding, KernelsMatchReferenceAndAreReproducible_CUDA) {
   LLMTRAIN_SKIP_WITHOUT_CUDA();
   for (const auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf})
-    for (const auto& [B, T, C, V] : std::vector<std::array<int64_t, 4>>{{1, 1, 8, 5}, {3, 7, 12, 50}, {4, 113, 64, 97},
-                                                                      {16, 1024, 768, 50304}}) {
+    for (const auto& [B, T, C, V] :
+         std::vector<std::array<int64_t, 4>>{{1, 1, 8, 5}, {3, 7, 12, 50}, {4, 113, 64, 97}, {16, 1024, 768, 50304}}) {
       SCOPED_TRACE(testing::Message() << dtype << " B " << B << " T " << T << " C " << C << " V " << V);
       const auto wte = torch::randn({V, C}, torch::kDouble).to(dtype), wpe = torch::randn({T + 3, C}).to(dtype);
       // Skewed ids, so that some runs of equal ids cross several tiles of 32 sorted positions.
@@ -533,7 +541,7 @@ TEST(OpsEmbedding, BadIdsAreReportedLaterNeverRead_CUDA) {
   const auto wte = torch::randn({64, 16}, cuda), wpe = torch::randn({8, 16}, cuda);
   ops::IdCheck ids("model");
   auto idx = torch::randint(60, {2, 8}, torch::kLong);
-  idx[1][6] = 60;  // a padding row: present in wte, no id
+  idx[1][6] = 60;                                                // a padding row: present in wte, no id
   const auto x = ops::embedding(idx.cuda(), wte, wpe, 60, ids);  // queued: no throw, no wait
   EXPECT_TRUE(x[1][6].isnan().all().item<bool>());
   EXPECT_FALSE(x[1][5].isnan().any().item<bool>());
@@ -570,8 +578,8 @@ TEST(OpsLinear, ProductsMatchReferenceWithContiguousWeightGrads_CUDA) {
       for (const auto& [in, out] : std::vector<std::pair<int64_t, int64_t>>{{16, 40}, {768, 2304}, {3072, 768}})
         for (const bool strided : {false, true}) {
           if (in * out > 1000000 && rows > 113) continue;  // keep the float64 reference quick
-          SCOPED_TRACE(testing::Message() << dtype << " rows " << rows << " in " << in << " out " << out
-                                          << (strided ? " strided x" : ""));
+          SCOPED_TRACE(testing::Message()
+                       << dtype << " rows " << rows << " in " << in << " out " << out << (strided ? " strided x" : ""));
           const auto make = [&](std::vector<int64_t> shape, double scale) {
             return (scale * torch::randn(shape, torch::kDouble)).to(dtype);
           };
@@ -593,7 +601,9 @@ TEST(OpsLinear, ProductsMatchReferenceWithContiguousWeightGrads_CUDA) {
           expect_near(gy, ry.detach(), tol, "y");
           const auto gx = dxw.grad().slice(1, 0, 2 * in, strided ? 2 : 1).narrow(1, 0, in);
           expect_near(gx, rx.grad(), tol, "dx");
-          if (!strided) { EXPECT_EQ(dxw.grad().narrow(1, in, in).abs().max().item<double>(), 0.0); }
+          if (!strided) {
+            EXPECT_EQ(dxw.grad().narrow(1, in, in).abs().max().item<double>(), 0.0);
+          }
           expect_near(dw.grad(), rw.grad(), tol, "dweight");
           expect_near(db.grad(), rb.grad(), tol, "dbias");
           EXPECT_TRUE(dw.grad().is_contiguous());  // taken as it is by AccumulateGrad, no copy
@@ -609,10 +619,11 @@ TEST(OpsNormLinear, FewRowKernelMatchesReference_CUDA) {
   torch::NoGradGuard no_grad;
   for (const auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf})
     for (int64_t rows : {1, 2, 3, 4, 5})
-      for (const auto& [in, out] : std::vector<std::pair<int64_t, int64_t>>{{64, 40}, {768, 2303}, {3072, 768}, {200, 50304}})
+      for (const auto& [in, out] :
+           std::vector<std::pair<int64_t, int64_t>>{{64, 40}, {768, 2303}, {3072, 768}, {200, 50304}})
         for (const int variant : {0, 1, 2}) {  // 0: linear only; 1: norm, delta, GELU; 2: norm, no delta, no bias
-          SCOPED_TRACE(testing::Message() << dtype << " rows " << rows << " in " << in << " out " << out << " variant "
-                                          << variant);
+          SCOPED_TRACE(testing::Message()
+                       << dtype << " rows " << rows << " in " << in << " out " << out << " variant " << variant);
           const auto make = [&](std::vector<int64_t> shape, double scale, double shift = 0) {
             return (shift + scale * torch::randn(shape, torch::kDouble)).to(dtype);
           };
@@ -628,7 +639,8 @@ TEST(OpsNormLinear, FewRowKernelMatchesReference_CUDA) {
           const bool delta = variant == 1, bias = variant == 1;
           // The reference sums x + delta in the dtype, as the kernel stores it.
           const auto h = delta ? (x + d) : x;
-          const auto [rh, ry] = ops::norm_linear(X(h), {}, X(g), X(c), 1e-5, X(w), bias ? X(b) : torch::Tensor(), delta);
+          const auto [rh, ry] =
+              ops::norm_linear(X(h), {}, X(g), X(c), 1e-5, X(w), bias ? X(b) : torch::Tensor(), delta);
           const auto [gh, gy] = ops::norm_linear(x.cuda(), delta ? d.cuda() : torch::Tensor(), g.cuda(), c.cuda(), 1e-5,
                                                  w.cuda(), bias ? b.cuda() : torch::Tensor(), delta);
           ASSERT_EQ(gy.scalar_type(), dtype);
@@ -638,7 +650,8 @@ TEST(OpsNormLinear, FewRowKernelMatchesReference_CUDA) {
         }
   // Off, the same call takes the norm kernel and cuBLASLt.
   ops::set_cuda_kernel_enabled("gemv", false);
-  const auto x = torch::randn({1, 768}).cuda().to(torch::kBFloat16), w = torch::randn({96, 768}).cuda().to(x.scalar_type());
+  const auto x = torch::randn({1, 768}).cuda().to(torch::kBFloat16),
+             w = torch::randn({96, 768}).cuda().to(x.scalar_type());
   const auto g = torch::ones({768}, x.options()), c = torch::zeros({768}, x.options());
   const auto off = ops::norm_linear(x, x, g, c, 1e-5, w, {}, false).second;
   ops::set_cuda_kernel_enabled("gemv", true);
@@ -702,7 +715,6 @@ TEST(OpsMlp, FusedProductsMatchReference_CUDA) {
         expect_near(gy, ry.detach(), tol, "y");
         const char* names[] = {"dx", "dfc_weight", "dfc_bias", "dproj_weight", "dproj_bias"};
         for (size_t i = 0; i < 5; ++i) expect_near(dev[i].grad(), ref[i].grad(), tol, names[i]);
-
       }
 }
 
@@ -711,8 +723,10 @@ TEST(OpsMlp, AutocastCastsLikeATen_CUDA) {
   const FusedMlpOn on;
   const auto cuda = torch::TensorOptions().device(torch::kCUDA);
   const auto x = torch::randn({37, 64}, cuda);
-  const auto fw = (0.1 * torch::randn({128, 64}, cuda)).requires_grad_(), fb = torch::randn({128}, cuda).requires_grad_();
-  const auto pw = (0.1 * torch::randn({64, 128}, cuda)).requires_grad_(), pb = torch::randn({64}, cuda).requires_grad_();
+  const auto fw = (0.1 * torch::randn({128, 64}, cuda)).requires_grad_(),
+             fb = torch::randn({128}, cuda).requires_grad_();
+  const auto pw = (0.1 * torch::randn({64, 128}, cuda)).requires_grad_(),
+             pb = torch::randn({64}, cuda).requires_grad_();
   at::autocast::set_autocast_enabled(at::kCUDA, true);
   at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
   const auto y = ops::mlp(x, fw, fb, pw, pb);

@@ -46,10 +46,10 @@ TEST(Schedule, ValuesAtChosenSteps) {
   }
   EXPECT_DOUBLE_EQ(schedule(ScheduleKind::kConstant).at(100), 1e-3);
   const auto cosine = schedule(ScheduleKind::kCosine);
-  EXPECT_NEAR(cosine.at(60), 5.5e-4, 1e-15);                                   // halfway
+  EXPECT_NEAR(cosine.at(60), 5.5e-4, 1e-15);  // halfway
   EXPECT_NEAR(cosine.at(35), 1e-4 + 0.5 * (1 + std::cos(M_PI / 4)) * 9e-4, 1e-15);
   EXPECT_NEAR(cosine.at(110), 1e-4, 1e-15);
-  EXPECT_NEAR(cosine.at(500), 1e-4, 1e-15);                                    // stays at min_lr
+  EXPECT_NEAR(cosine.at(500), 1e-4, 1e-15);  // stays at min_lr
   const auto linear = schedule(ScheduleKind::kLinear);
   EXPECT_NEAR(linear.at(35), 7.75e-4, 1e-15);
   EXPECT_NEAR(linear.at(110), 1e-4, 1e-15);
@@ -69,8 +69,8 @@ TEST(Optimizer, WeightDecayOnlyOnMatricesAndEmbeddings) {
   GPT2 model(GPT2Config::preset("tiny"));
   std::vector<torch::Tensor> decay, no_decay;
   split_decay(model->parameters(), decay, no_decay);
-  EXPECT_EQ(decay.size(), 2u + 4 * 2);          // wte, wpe, 4 matrices per block
-  EXPECT_EQ(no_decay.size(), 2u + 8 * 2);       // ln_f, and per block 2 layer norms x 2 + 4 biases
+  EXPECT_EQ(decay.size(), 2u + 4 * 2);     // wte, wpe, 4 matrices per block
+  EXPECT_EQ(no_decay.size(), 2u + 8 * 2);  // ln_f, and per block 2 layer norms x 2 + 4 biases
   for (const auto& p : decay) EXPECT_EQ(p.dim(), 2);
   for (const auto& p : no_decay) EXPECT_EQ(p.dim(), 1);
 
@@ -113,7 +113,7 @@ TEST(Optimizer, ClipsTheGlobalNorm) {
   const double clipped = run(1.0, &norm_clipped), free = run(0.0, &norm_free);
   EXPECT_NEAR(norm_clipped, std::sqrt(60.0), 1e-5);
   EXPECT_NEAR(norm_free, std::sqrt(60.0), 1e-5);
-  const double g = 2.0, gc = g * 1.0 / (std::sqrt(60.0) + 1e-6);  // each gradient entry, clipped
+  const double g = 2.0, gc = g * 1.0 / (std::sqrt(60.0) + 1e-6);           // each gradient entry, clipped
   EXPECT_NEAR(clipped / free, (gc / (gc + 1e3)) / (g / (g + 1e3)), 5e-5);  // float32 parameters
 }
 
@@ -190,8 +190,9 @@ TEST(Optimizer, EveryPrecisionModeTrainsATinyModel) {
     double first = 0, last = 0;
     int skipped = 0;
     // The products ran in the mode's dtype: autocast (bf16, fp16) or the bf16 weights (bf16-master).
-    const auto want = o.precision == Precision::kFP32 ? torch::kFloat
-                      : o.precision == Precision::kFP16 ? torch::kHalf : torch::kBFloat16;
+    const auto want = o.precision == Precision::kFP32   ? torch::kFloat
+                      : o.precision == Precision::kFP16 ? torch::kHalf
+                                                        : torch::kBFloat16;
     for (int step = 0; step < 40; ++step) {
       torch::Tensor loss;
       {
@@ -258,9 +259,7 @@ void expect_queued_steps_equal_steps(torch::Device device, Precision precision) 
 
 }  // namespace
 
-TEST(Optimizer, QueuedStepsFinishedLateEqualSteps) {
-  expect_queued_steps_equal_steps(torch::kCPU, Precision::kFP32);
-}
+TEST(Optimizer, QueuedStepsFinishedLateEqualSteps) { expect_queued_steps_equal_steps(torch::kCPU, Precision::kFP32); }
 
 TEST(Optimizer, QueuedStepsFinishedLateEqualSteps_CUDA) {
   LLMTRAIN_SKIP_WITHOUT_CUDA();

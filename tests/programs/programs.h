@@ -33,8 +33,7 @@ inline Outcome run(std::vector<std::string> argv, std::map<std::string, std::str
 }
 
 // The program said no: status 1 (not a signal, not the time limit, not 0) and every part in its output.
-inline void expect_refused(const Outcome& o, std::initializer_list<std::string> parts,
-                           const std::string& what) {
+inline void expect_refused(const Outcome& o, std::initializer_list<std::string> parts, const std::string& what) {
   EXPECT_TRUE(o.exited && o.code == 1) << what << ": " << o.how() << "\n" << o.output;
   for (const auto& p : parts) EXPECT_THAT(o.output, HasSubstr(p)) << what;
 }
@@ -58,7 +57,8 @@ struct Setting {
     }
     fs::write_file_atomic(config, R"({
       "model": {"preset": "tiny", "vocab_size": 256, "n_layer": 1, "block_size": 32},
-      "data": {"train": ")" + data + R"(/train_*.bin", "val": ")" + data + R"(/val_*.bin"},
+      "data": {"train": ")" + data + R"(/train_*.bin", "val": ")" +
+                                      data + R"(/val_*.bin"},
       "train": {"batch_size": 2, "seq_len": 16, "max_steps": 4, "lr": 1e-3, "schedule": "constant"},
       "eval": {"batches": 1}, "checkpoint": {"every": 2, "keep": 2}, "device": "cpu",
       "out_dir": ")" + t.path + R"(/run"})");
@@ -76,7 +76,8 @@ struct Setting {
   }
   std::string hf_dir() {
     const std::string out = t.path + "/hf";
-    if (!fs::exists(out)) expect_ok(run({"convert_checkpoint", "--from", "native", run_dir(), "--to", "hf", out}), "export");
+    if (!fs::exists(out))
+      expect_ok(run({"convert_checkpoint", "--from", "native", run_dir(), "--to", "hf", out}), "export");
     return out;
   }
 };

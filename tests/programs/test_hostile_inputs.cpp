@@ -49,21 +49,25 @@ TEST(HostileInputs, OutputsNeverDestroyAUsersFiles) {
   expect_refused(convert(foreign), {"llmtrain did not write", "--force"}, "convert over a foreign folder");
   expect_refused(convert(file), {"existing file", "--force"}, "convert over a file");
   expect_refused(convert(s.t.path + "/runs"), {"holds the input"}, "convert into a folder holding the input");
-  expect_refused(run({"convert_checkpoint", "--from", "hf", hf, "--to", "hf", hf}), {"is the input"}, "convert onto its input");
+  expect_refused(run({"convert_checkpoint", "--from", "hf", hf, "--to", "hf", hf}), {"is the input"},
+                 "convert onto its input");
   for (const auto& d : {work, home, foreign})
     EXPECT_EQ(fs::read_file(d + "/keep.txt"), "the user's") << d << " lost a file";
   EXPECT_EQ(fs::read_file(file), "the user's");
   expect_ok(convert(foreign, {"--force"}), "convert --force over a foreign folder");
   expect_ok(convert(foreign), "convert over its own earlier output");
-  expect_ok(run({"convert_checkpoint", "--from", "hf", foreign, "--to", "native", s.t.path + "/back"}), "the export loads");
+  expect_ok(run({"convert_checkpoint", "--from", "hf", foreign, "--to", "native", s.t.path + "/back"}),
+            "the export loads");
 
   // prepare_data: the same refusals, and an input folder is never an output's home.
   const std::string corpus = s.t.path + "/corpus";
   fs::make_dirs(corpus);
-  for (int i = 0; i < 6; ++i) fs::write_file_atomic(corpus + "/doc" + std::to_string(i) + ".txt", std::string(300, 'a' + i) + " end.");
+  for (int i = 0; i < 6; ++i)
+    fs::write_file_atomic(corpus + "/doc" + std::to_string(i) + ".txt", std::string(300, 'a' + i) + " end.");
   const auto prepare = [&](const std::string& out, const std::string& shard_tokens = "200") {
-    std::vector<std::string> argv = {"prepare_data", "--tokenizer", "sentencepiece", "--model", s.t.path + "/sp.model",
-                                     "--out", out, "--shard-tokens", shard_tokens, "--"};
+    std::vector<std::string> argv = {
+        "prepare_data", "--tokenizer", "sentencepiece",  "--model",    s.t.path + "/sp.model",
+        "--out",        out,           "--shard-tokens", shard_tokens, "--"};
     argv.push_back(corpus);
     return run(argv, {{"HOME", home}}, "", work);
   };
@@ -89,16 +93,17 @@ TEST(HostileInputs, OutputsNeverDestroyAUsersFiles) {
   EXPECT_EQ(listing(shards), "manifest.json train_000000.bin");
   // A shard put there by hand is not part of the set, and training refuses to read it.
   fs::write_file_atomic(shards + "/train_000007.bin", fs::read_file(shards + "/train_000000.bin"));
-  expect_refused(run(s.train(s.t.path + "/r2", {"data.train=" + shards + "/train_*.bin", "model.vocab_size=300",
-                                                "data.val="})),
-                 {"train_000007.bin is not listed in", "manifest.json"}, "a stale shard");
+  expect_refused(
+      run(s.train(s.t.path + "/r2", {"data.train=" + shards + "/train_*.bin", "model.vocab_size=300", "data.val="})),
+      {"train_000007.bin is not listed in", "manifest.json"}, "a stale shard");
 
   // train_gpt2 / finetune_gpt2: out_dir is never ".", an input, or a folder with someone else's run files.
   expect_refused(run(s.train("."), {}, "", work), {"out_dir .", "the working folder"}, "train out_dir=.");
   const std::string config_before = fs::read_file(hf + "/config.json");
   const std::string ft = s.t.path + "/finetune.json";
-  fs::write_file_atomic(ft, "{\"data\": {\"train\": \"" + s.data + "/train_*.bin\"}, \"device\": \"cpu\", \"train\": "
-                            "{\"batch_size\": 2, \"seq_len\": 16, \"max_steps\": 2}}");
+  fs::write_file_atomic(ft, "{\"data\": {\"train\": \"" + s.data +
+                                "/train_*.bin\"}, \"device\": \"cpu\", \"train\": "
+                                "{\"batch_size\": 2, \"seq_len\": 16, \"max_steps\": 2}}");
   expect_refused(run({"finetune_gpt2", "--init", hf, "--config", ft, "--set", "out_dir=" + hf}),
                  {"out_dir " + hf, "is the input"}, "fine-tune into the folder fine-tuned from");
   EXPECT_EQ(fs::read_file(hf + "/config.json"), config_before);
@@ -113,10 +118,10 @@ TEST(HostileInputs, OutputsNeverDestroyAUsersFiles) {
 // next --resume finds the newest complete checkpoint, removes the incomplete one and ends the run.
 TEST(HostileInputs, ACrashDuringACheckpointLeavesOneToResumeFrom) {
   Setting s;
-  for (const auto& [point, from] : std::vector<std::pair<std::string, std::string>>{
-           {"checkpoint:tensors-written", "step_00000004"},
-           {"checkpoint:complete", "step_00000004"},
-           {"checkpoint:renamed", "step_00000006"}}) {
+  for (const auto& [point, from] :
+       std::vector<std::pair<std::string, std::string>>{{"checkpoint:tensors-written", "step_00000004"},
+                                                        {"checkpoint:complete", "step_00000004"},
+                                                        {"checkpoint:renamed", "step_00000006"}}) {
     const std::string out = s.t.path + "/crash_" + point.substr(11);
     expect_ok(run(s.train(out)), "the first 4 steps");
     std::vector<std::string> argv = s.train(out, {"train.max_steps=8"});
@@ -133,9 +138,11 @@ TEST(HostileInputs, ACrashDuringACheckpointLeavesOneToResumeFrom) {
   const std::string run_dir = s.run_dir(), out = s.t.path + "/export";
   expect_ok(run({"convert_checkpoint", "--from", "native", run_dir, "--to", "hf", out}), "export");
   for (const char* point : {"replace:filled", "replace:exchanged"}) {
-    const auto killed = run({"convert_checkpoint", "--from", "native", run_dir, "--to", "hf", out}, {{"LLMTRAIN_FAILPOINT", point}});
+    const auto killed =
+        run({"convert_checkpoint", "--from", "native", run_dir, "--to", "hf", out}, {{"LLMTRAIN_FAILPOINT", point}});
     EXPECT_EQ(killed.signal, SIGKILL) << point;
-    expect_ok(run({"convert_checkpoint", "--from", "hf", out, "--to", "native", s.t.path + "/loaded_" + std::string(point + 8)}),
+    expect_ok(run({"convert_checkpoint", "--from", "hf", out, "--to", "native",
+                   s.t.path + "/loaded_" + std::string(point + 8)}),
               std::string("the export still loads after a crash at ") + point);
   }
 }
@@ -197,18 +204,19 @@ TEST(HostileInputs, AFullDiskFailsCleanlyAndKeepsTheEarlierOutput) {
 
   // An export that does not fit: an error, and the earlier export as it was.
   const std::string run_dir = s.run_dir();
-  const std::string body2 = sh({bin("convert_checkpoint"), "--from", "native", run_dir, "--to", "native", disk + "/a"}) +
-                            "; echo \"first exit $?\"; " +
-                            sh({bin("convert_checkpoint"), "--from", "native", run_dir, "--to", "native", disk + "/a"}) +
-                            "; echo \"second exit $?\"; ls -a " + disk + "; " +
-                            sh({bin("convert_checkpoint"), "--from", "native", disk + "/a", "--to", "hf", disk + "/b"}) +
-                            "; echo \"third exit $?\"";
+  const std::string body2 =
+      sh({bin("convert_checkpoint"), "--from", "native", run_dir, "--to", "native", disk + "/a"}) +
+      "; echo \"first exit $?\"; " +
+      sh({bin("convert_checkpoint"), "--from", "native", run_dir, "--to", "native", disk + "/a"}) +
+      "; echo \"second exit $?\"; ls -a " + disk + "; " +
+      sh({bin("convert_checkpoint"), "--from", "native", disk + "/a", "--to", "hf", disk + "/b"}) +
+      "; echo \"third exit $?\"";
   const auto argv2 = lt::in_small_tmpfs(disk, "400k", body2, s.t.path + "/full2.sh");
   const auto o2 = lt::run({argv2, {}, "", "", 300});
   EXPECT_THAT(o2.output, HasSubstr("first exit 0"));
   EXPECT_THAT(o2.output, HasSubstr("second exit 1"));  // a second copy does not fit beside the first
   EXPECT_THAT(o2.output, HasSubstr("No space left on device"));
-  EXPECT_THAT(o2.output, HasSubstr(".\n..\na\n"));     // nothing left beside the first
+  EXPECT_THAT(o2.output, HasSubstr(".\n..\na\n"));  // nothing left beside the first
   EXPECT_THAT(o2.output, HasSubstr("third exit 1"));
 }
 
@@ -224,8 +232,8 @@ TEST(HostileInputs, BadFilesFlagsAndVariablesEndInAClearError) {
   const std::string gpt2 = lt::test_data_dir().empty() ? "" : lt::test_data_dir() + "/gpt2";
 
   // JSON: nesting deep enough to overflow a recursive printer, in every reader; values quoted short.
-  expect_refused(run({"train_gpt2", "--config", write("deep.json", nested(200000))}), {"deep.json", "nested deeper than 64"},
-                 "a deeply nested config");
+  expect_refused(run({"train_gpt2", "--config", write("deep.json", nested(200000))}),
+                 {"deep.json", "nested deeper than 64"}, "a deeply nested config");
   expect_refused(run({"train_gpt2", "--config", write("deep_value.json", "{\"out_dir\": " + nested(100000) + "}")}),
                  {"nested deeper than 64"}, "a deeply nested value");
   std::string long_list = "[0";
@@ -242,11 +250,12 @@ TEST(HostileInputs, BadFilesFlagsAndVariablesEndInAClearError) {
                  "batch_size x seq_len past int64");
   expect_refused(run(s.train(d + "/big", {"train.batch_size=1099511627776"})), {"needs at least", "logits"},
                  "a batch whose logits do not fit");
-  expect_refused(run(s.train(d + "/big", {"train.max_steps=9223372036854775808"})), {"train.max_steps must be an integer (64-bit)"},
-                 "a step count past int64");
-  expect_refused(run(s.train(d + "/big", {"train.seed=-1"})), {"train.seed must be a non-negative integer"}, "a negative seed");
-  expect_refused(run(s.train(d + "/big", {"model.n_embd=2147483648", "model.n_head=1"})), {"n_embd must be in [1, 1048576]"},
-                 "a width past the limit");
+  expect_refused(run(s.train(d + "/big", {"train.max_steps=9223372036854775808"})),
+                 {"train.max_steps must be an integer (64-bit)"}, "a step count past int64");
+  expect_refused(run(s.train(d + "/big", {"train.seed=-1"})), {"train.seed must be a non-negative integer"},
+                 "a negative seed");
+  expect_refused(run(s.train(d + "/big", {"model.n_embd=2147483648", "model.n_head=1"})),
+                 {"n_embd must be in [1, 1048576]"}, "a width past the limit");
 
   // Checkpoint state: every field typed and range-checked, naming the file and key.
   const std::string state = run_dir + "/checkpoints/step_00000004/state.json";
@@ -267,7 +276,8 @@ TEST(HostileInputs, BadFilesFlagsAndVariablesEndInAClearError) {
   };
   expect_refused(resume_with(replace("\"step\": 4", "\"step\": -5")), {"state.json: step must be an integer in [0,"},
                  "a negative step");
-  expect_refused(resume_with(replace("\"step\": 4", "\"step\": \"four\"")), {"step must be an integer"}, "a step as text");
+  expect_refused(resume_with(replace("\"step\": 4", "\"step\": \"four\"")), {"step must be an integer"},
+                 "a step as text");
   expect_refused(resume_with(replace("\"scaler\"", "\"scalar\"")), {"state.json: scaler is missing"}, "a missing key");
   expect_refused(resume_with(replace("\"n_embd\": 64", "\"n_embd\": 1099511627776")), {"state.json: model: ", "n_embd"},
                  "a model too wide");
@@ -313,18 +323,19 @@ TEST(HostileInputs, BadFilesFlagsAndVariablesEndInAClearError) {
     header.resize(256, 0);
     return write("model.bin", std::string(reinterpret_cast<const char*>(header.data()), 1024));
   };
-  expect_refused(run({"convert_checkpoint", "--from", "llmc", llmc({20240326, 3, 1024, 50257, 1 << 30, 1, 1 << 30, 50304}),
-                      "--to", "native", d + "/x"}),
+  expect_refused(run({"convert_checkpoint", "--from", "llmc",
+                      llmc({20240326, 3, 1024, 50257, 1 << 30, 1, 1 << 30, 50304}), "--to", "native", d + "/x"}),
                  {"llm.c model", "overflows 64-bit sizes"}, "an llm.c header whose sizes overflow");
-  expect_refused(run({"convert_checkpoint", "--from", "llmc", llmc({20240326, 3, 1024, 50257, 12, 12, 768, 50304}), "--to",
-                      "native", d + "/x"}),
+  expect_refused(run({"convert_checkpoint", "--from", "llmc", llmc({20240326, 3, 1024, 50257, 12, 12, 768, 50304}),
+                      "--to", "native", d + "/x"}),
                  {"1024 bytes; its header describes"}, "an llm.c header larger than its file");
 
   // Token shards and corpora: counts past the file; a FIFO as input, refused at once instead of a wait.
   std::vector<int32_t> header = {20240520, 1, 2147483647};
   header.resize(256, 0);
   fs::make_dirs(d + "/lying");
-  fs::write_file_atomic(d + "/lying/train_000000.bin", std::string(reinterpret_cast<const char*>(header.data()), 1024) + "abcd");
+  fs::write_file_atomic(d + "/lying/train_000000.bin",
+                        std::string(reinterpret_cast<const char*>(header.data()), 1024) + "abcd");
   expect_refused(run(s.train(d + "/r3", {"data.train=" + d + "/lying/train_*.bin"})),
                  {"header says 2147483647 tokens, file holds 2"}, "a shard that lies about its length");
   std::string text;
@@ -332,8 +343,8 @@ TEST(HostileInputs, BadFilesFlagsAndVariablesEndInAClearError) {
   const std::string sp = d + "/sp";
   expect_ok(run({"train_tokenizer", "--vocab-size", "300", "--out", sp, write("corpus.txt", text)}), "train_tokenizer");
   ASSERT_EQ(::mkfifo((d + "/fifo.txt").c_str(), 0600), 0);
-  expect_refused(run({"prepare_data", "--tokenizer", "sentencepiece", "--model", sp + ".model", "--out", d + "/s2", "--",
-                      d + "/fifo.txt"},
+  expect_refused(run({"prepare_data", "--tokenizer", "sentencepiece", "--model", sp + ".model", "--out", d + "/s2",
+                      "--", d + "/fifo.txt"},
                      {}, "", "", 30),
                  {"fifo.txt: cannot read what is not a regular file"}, "a FIFO as input (no wait for a writer)");
 
@@ -358,12 +369,14 @@ TEST(HostileInputs, BadFilesFlagsAndVariablesEndInAClearError) {
   }
   expect_refused(run({"generate_gpt2", "--checkpoint", run_dir, "--prompt-ids", "[99999999]", "--format", "ids"}),
                  {"--prompt-ids: entry 0 is 99999999, not a token id in [0, 256)"}, "a prompt id past the model");
-  expect_refused(run({"tokenize", "--tokenizer", "sentencepiece", "--model", write("junk.model", std::string(4096, '\x0a'))},
-                     {}, "hi"),
-                 {"junk.model could not be loaded"}, "a SentencePiece model of junk");
+  expect_refused(
+      run({"tokenize", "--tokenizer", "sentencepiece", "--model", write("junk.model", std::string(4096, '\x0a'))}, {},
+          "hi"),
+      {"junk.model could not be loaded"}, "a SentencePiece model of junk");
 
   // Environment: a world of no ranks is an error, not one process; a malformed peak is named.
-  expect_refused(run(s.train(d + "/r4"), {{"WORLD_SIZE", "0"}}), {"WORLD_SIZE=0 is outside [1, 1048576]"}, "WORLD_SIZE=0");
+  expect_refused(run(s.train(d + "/r4"), {{"WORLD_SIZE", "0"}}), {"WORLD_SIZE=0 is outside [1, 1048576]"},
+                 "WORLD_SIZE=0");
   expect_refused(run(s.train(d + "/r4"), {{"WORLD_SIZE", "-2"}}), {"WORLD_SIZE=-2 is outside"}, "WORLD_SIZE=-2");
   expect_refused(run(s.train(d + "/r4"), {{"LLMTRAIN_PEAK_TFLOPS", "fast"}}), {"LLMTRAIN_PEAK_TFLOPS=\"fast\""},
                  "a malformed peak");
@@ -371,9 +384,10 @@ TEST(HostileInputs, BadFilesFlagsAndVariablesEndInAClearError) {
   // A sample prompt longer than the model's context is found before the first step, not after.
   std::string prompt;
   for (int i = 0; i < 40; ++i) prompt += "line " + std::to_string(i) + " ";
-  const auto long_prompt = run(s.train(d + "/r5", {"model.vocab_size=300", "tokenizer.kind=sentencepiece",
-                                                   "tokenizer.path=" + sp + ".model", "sample.every=2",
-                                                   "sample.prompt=" + prompt}));
-  expect_refused(long_prompt, {"sample.prompt is", "tokens, which leaves no room", "block_size 32"}, "a long sample prompt");
+  const auto long_prompt =
+      run(s.train(d + "/r5", {"model.vocab_size=300", "tokenizer.kind=sentencepiece", "tokenizer.path=" + sp + ".model",
+                              "sample.every=2", "sample.prompt=" + prompt}));
+  expect_refused(long_prompt, {"sample.prompt is", "tokens, which leaves no room", "block_size 32"},
+                 "a long sample prompt");
   EXPECT_FALSE(fs::exists(d + "/r5/metrics.jsonl")) << "nothing trained before the error";
 }

@@ -27,8 +27,8 @@ namespace {
 
 // Sentences over a small vocabulary, each a document (ended by a "%" line).
 std::string corpus_text() {
-  const std::vector<std::string> words = {"the", "model", "learns", "tokens", "from", "text", "and", "data",
-                                          "training", "runs", "fast", "on", "a", "loss", "falls", "step"};
+  const std::vector<std::string> words = {"the",      "model", "learns", "tokens", "from", "text", "and",   "data",
+                                          "training", "runs",  "fast",   "on",     "a",    "loss", "falls", "step"};
   std::mt19937 rng(5);
   std::string out;
   for (int l = 0; l < 600; ++l) {
@@ -65,14 +65,14 @@ TEST(Programs, FromTextToATrainedModelSamplesConversionsAndAFineTune) {
   expect_ok(enc, "tokenize");
   const Ids ids = ids_of(enc);
   EXPECT_EQ(ids, llmtrain::tokenizer::load_tokenizer("sentencepiece", model)->encode(text));
-  const auto dec = run({"tokenize", "--tokenizer", "sentencepiece", "--model", model, "--decode"}, {},
-                       nlohmann::json(ids).dump());
+  const auto dec =
+      run({"tokenize", "--tokenizer", "sentencepiece", "--model", model, "--decode"}, {}, nlohmann::json(ids).dump());
   expect_ok(dec, "tokenize --decode");
   EXPECT_EQ(dec.output, text);
 
   // prepare_data: shards of both splits.
-  expect_ok(run({"prepare_data", "--tokenizer", "sentencepiece", "--model", model, "--doc-separator", "%", "--val-fraction",
-                 "0.1", "--out", t.path + "/data", corpus}),
+  expect_ok(run({"prepare_data", "--tokenizer", "sentencepiece", "--model", model, "--doc-separator", "%",
+                 "--val-fraction", "0.1", "--out", t.path + "/data", corpus}),
             "prepare_data");
   EXPECT_TRUE(fs::exists(t.path + "/data/train_000000.bin"));
   EXPECT_TRUE(fs::exists(t.path + "/data/val_000000.bin"));
@@ -84,7 +84,9 @@ TEST(Programs, FromTextToATrainedModelSamplesConversionsAndAFineTune) {
       {"data", {{"train", t.path + "/data/train_*.bin"}, {"val", t.path + "/data/val_*.bin"}}},
       {"tokenizer", {{"kind", "sentencepiece"}, {"path", model}}},
       {"train", {{"batch_size", 2}, {"seq_len", 16}, {"max_steps", 6}, {"lr", 1e-3}, {"schedule", "constant"}}},
-      {"eval", {{"batches", 1}}}, {"checkpoint", {{"every", 3}, {"keep", 2}}}, {"device", "cpu"},
+      {"eval", {{"batches", 1}}},
+      {"checkpoint", {{"every", 3}, {"keep", 2}}},
+      {"device", "cpu"},
       {"out_dir", run_dir}};
   const auto trained_run = run({"train_gpt2", "--config", config});
   expect_ok(trained_run, "train_gpt2");
@@ -99,12 +101,12 @@ TEST(Programs, FromTextToATrainedModelSamplesConversionsAndAFineTune) {
   EXPECT_THAT(resumed.output, HasSubstr("done at step 8"));
 
   // generate_gpt2: text from the run's own tokenizer; ids; --stop-ids ends at the id it names.
-  const auto sample = run({"generate_gpt2", "--checkpoint", run_dir, "--prompt", "the model", "--max-new-tokens", "8",
-                           "--device", "cpu"});
+  const auto sample = run(
+      {"generate_gpt2", "--checkpoint", run_dir, "--prompt", "the model", "--max-new-tokens", "8", "--device", "cpu"});
   expect_ok(sample, "generate_gpt2");
   EXPECT_EQ(sample.output.rfind("the model", 0), 0u) << sample.output;
-  const std::vector<std::string> greedy = {"--prompt-ids", "[5, 9, 12]", "--max-new-tokens", "6", "--temperature", "0",
-                                           "--format", "ids", "--device", "cpu"};
+  const std::vector<std::string> greedy = {"--prompt-ids", "[5, 9, 12]", "--max-new-tokens", "6",  "--temperature", "0",
+                                           "--format",     "ids",        "--device",         "cpu"};
   const auto generate = [&](const std::string& from, std::vector<std::string> extra) {
     std::vector<std::string> argv = {"generate_gpt2", "--checkpoint", from};
     argv.insert(argv.end(), greedy.begin(), greedy.end());
@@ -152,17 +154,20 @@ TEST(Programs, FromTextToATrainedModelSamplesConversionsAndAFineTune) {
 
   // finetune_gpt2: from the run, refused over its used out_dir, resumed further with --resume.
   const std::string ft = t.path + "/ft.json", ft_dir = t.path + "/ft";
-  std::ofstream(ft) << nlohmann::json{{"data", {{"train", t.path + "/data/train_*.bin"}}},
-                                      {"train", {{"batch_size", 2}, {"seq_len", 16}, {"max_steps", 3}, {"lr", 1e-4},
-                                                 {"schedule", "constant"}}},
-                                      {"checkpoint", {{"every", 3}}}, {"device", "cpu"}, {"out_dir", ft_dir}};
+  std::ofstream(ft) << nlohmann::json{
+      {"data", {{"train", t.path + "/data/train_*.bin"}}},
+      {"train", {{"batch_size", 2}, {"seq_len", 16}, {"max_steps", 3}, {"lr", 1e-4}, {"schedule", "constant"}}},
+      {"checkpoint", {{"every", 3}}},
+      {"device", "cpu"},
+      {"out_dir", ft_dir}};
   const auto tuned = run({"finetune_gpt2", "--from", run_dir, "--config", ft});
   expect_ok(tuned, "finetune_gpt2");
   EXPECT_THAT(tuned.output, HasSubstr("done at step 3"));
   EXPECT_EQ(fs::read_file(ft_dir + "/tokenizer/tokenizer.model"), trained);
   expect_refused(run({"finetune_gpt2", "--from", run_dir, "--config", ft}), {ft_dir, "already holds a run", "--resume"},
                  "finetune_gpt2 over a used out_dir");
-  const auto tuned_more = run({"finetune_gpt2", "--from", run_dir, "--config", ft, "--set", "train.max_steps=5", "--resume"});
+  const auto tuned_more =
+      run({"finetune_gpt2", "--from", run_dir, "--config", ft, "--set", "train.max_steps=5", "--resume"});
   expect_ok(tuned_more, "finetune_gpt2 --resume");
   EXPECT_THAT(tuned_more.output, HasSubstr("resumed from " + ft_dir + "/checkpoints/step_00000003"));
   EXPECT_THAT(tuned_more.output, HasSubstr("done at step 5"));
@@ -178,8 +183,11 @@ TEST(Programs, TheWrittenOutTrainLoopLearnsAndItsModelGenerates) {
   expect_ok(run({"prepare_data", "--tokenizer", "sentencepiece", "--model", model, "--doc-separator", "%", "--out",
                  t.path + "/data", corpus}),
             "prepare_data");
-  const std::vector<std::string> loop = {"train_loop", "--train", t.path + "/data/train_*.bin", "--out", out,
-                                         "--steps", "40", "--batch", "8", "--seq", "32", "--lr", "3e-3"};
+  const std::vector<std::string> loop = {"train_loop", "--train", t.path + "/data/train_*.bin",
+                                         "--out",      out,       "--steps",
+                                         "40",         "--batch", "8",
+                                         "--seq",      "32",      "--lr",
+                                         "3e-3"};
   for (int pass = 0; pass < 2; ++pass) {
     const auto o = run(loop, {{"CUDA_VISIBLE_DEVICES", ""}});
     expect_ok(o, "train_loop");
@@ -187,14 +195,15 @@ TEST(Programs, TheWrittenOutTrainLoopLearnsAndItsModelGenerates) {
   }
   std::vector<double> losses;
   std::istringstream metrics(fs::read_file(out + "/metrics.jsonl"));
-  for (std::string line; std::getline(metrics, line);) losses.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+  for (std::string line; std::getline(metrics, line);)
+    losses.push_back(nlohmann::json::parse(line)["loss"].get<double>());
   ASSERT_EQ(losses.size(), 40u);  // a line a step, the first pass's gone
-  EXPECT_GT(losses[0], 10.0);      // ln(50257): a fresh model
+  EXPECT_GT(losses[0], 10.0);     // ln(50257): a fresh model
   EXPECT_LT(losses[39], losses[0] - 4.0) << "40 steps on a 300-id corpus";
   EXPECT_TRUE(fs::exists(out + "/loss.svg"));
-  const auto gen = run({"generate_gpt2", "--checkpoint", out + "/model", "--prompt-ids", "[5, 9, 12]",
-                        "--max-new-tokens", "4", "--temperature", "0", "--format", "ids", "--stop-ids", "[]",
-                        "--device", "cpu"});
+  const auto gen =
+      run({"generate_gpt2", "--checkpoint", out + "/model", "--prompt-ids", "[5, 9, 12]", "--max-new-tokens", "4",
+           "--temperature", "0", "--format", "ids", "--stop-ids", "[]", "--device", "cpu"});
   expect_ok(gen, "generate_gpt2 --checkpoint " + out + "/model");
   EXPECT_EQ(ids_of(gen).size(), 4u);
 }

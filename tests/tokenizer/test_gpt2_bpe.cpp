@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <fstream>
-#include <random>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/fs.h"
@@ -31,14 +31,31 @@ std::vector<std::vector<int32_t>> tiktoken_ids(const std::string& data_dir, cons
   return ids;
 }
 
-const std::vector<std::string> kHardStrings = {
-    "Hello world", "  leading and trailing  ", "emoji 😀👍🏽 family 👨‍👩‍👧", "中文字符测试，还有标点。",
-    "العربية نص مع أرقام ١٢٣", "e\u0301 combining n\u0303 a\u0308\u0304", "tabs\t\tand\nnewlines\r\n\r\nCRLF\r",
-    "I'M HERE, YOU'RE THERE, THEY'LL GO, WE'VE DONE, HE'D, IT'S", "numbers 1234567890 3.14159 -42 1e10 ½ Ⅻ",
-    "def f(x):\n    return x**2  # code\n\tif (a && b) { c[i] = d->e; }", "     \n\n   ",
-    "\u00a0nbsp\u180emongolian\u2003em\u3000ideo\u2028line\u0085nel", "a'b's't' 'll'", "<|endoftext|> in text",
-    std::string(1000, 'x'), std::string(100, ' ') + "y", std::string("\x01\x02 control \x7f", 13), "ΑΒΓ Ελληνικά",
-    "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𝟙𝟚𝟛", "'s 'S 'll 'LL", "", " ", "\n", "日本語のテキストとカタカナ", "한국어 텍스트"};
+const std::vector<std::string> kHardStrings = {"Hello world",
+                                               "  leading and trailing  ",
+                                               "emoji 😀👍🏽 family 👨‍👩‍👧",
+                                               "中文字符测试，还有标点。",
+                                               "العربية نص مع أرقام ١٢٣",
+                                               "e\u0301 combining n\u0303 a\u0308\u0304",
+                                               "tabs\t\tand\nnewlines\r\n\r\nCRLF\r",
+                                               "I'M HERE, YOU'RE THERE, THEY'LL GO, WE'VE DONE, HE'D, IT'S",
+                                               "numbers 1234567890 3.14159 -42 1e10 ½ Ⅻ",
+                                               "def f(x):\n    return x**2  # code\n\tif (a && b) { c[i] = d->e; }",
+                                               "     \n\n   ",
+                                               "\u00a0nbsp\u180emongolian\u2003em\u3000ideo\u2028line\u0085nel",
+                                               "a'b's't' 'll'",
+                                               "<|endoftext|> in text",
+                                               std::string(1000, 'x'),
+                                               std::string(100, ' ') + "y",
+                                               std::string("\x01\x02 control \x7f", 13),
+                                               "ΑΒΓ Ελληνικά",
+                                               "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𝟙𝟚𝟛",
+                                               "'s 'S 'll 'LL",
+                                               "",
+                                               " ",
+                                               "\n",
+                                               "日本語のテキストとカタカナ",
+                                               "한국어 텍스트"};
 
 }  // namespace
 
@@ -77,8 +94,8 @@ TEST(GPT2BPE, LongPiecesMergeAsTiktokenDoes) {
   LLMTRAIN_REQUIRE_DATA_DIR(data);
   const auto tok = GPT2BPE::from_dir(data + "/gpt2");
   std::mt19937 rng(11);
-  const std::vector<std::string> alphabets = {"abcdefghijklmnopqrstuvwxyz", "etaoinshr", "ab", "a", "0123456789",
-                                              "!?.,;:-_*#", "thequickbrownfox"};
+  const std::vector<std::string> alphabets = {
+      "abcdefghijklmnopqrstuvwxyz", "etaoinshr", "ab", "a", "0123456789", "!?.,;:-_*#", "thequickbrownfox"};
   std::vector<std::string> texts;
   for (const int len : {63, 64, 65, 66, 100, 257, 1000, 4096, 20000})
     for (const auto& abc : alphabets) {
@@ -139,8 +156,8 @@ TEST(GPT2BPE, DecodingSplitCharactersLosesNoBytes) {
 TEST(GPT2BPE, LoadsHuggingFaceFiles) {
   LLMTRAIN_REQUIRE_DATA_DIR(data);
   const std::string dir = llmtrain::fs::make_temp_dir("llmtrain_hf_tok_");
-  const std::string cmd = "'" + lt::test_python() + "' '" + lt::test_source_dir() + "/tests/python/hf_gpt2_files.py' '" +
-                          data + "/gpt2' '" + dir + "'";
+  const std::string cmd = "'" + lt::test_python() + "' '" + lt::test_source_dir() +
+                          "/tests/python/hf_gpt2_files.py' '" + data + "/gpt2' '" + dir + "'";
   ASSERT_EQ(lt::run_command(cmd), 0) << cmd;
   EXPECT_NE(llmtrain::fs::read_file(dir + "/vocab.json"), llmtrain::fs::read_file(data + "/gpt2/encoder.json"))
       << "the test means another serialisation of the same vocabulary";

@@ -26,9 +26,9 @@ namespace {
 
 // A corpus of made-up sentences over a small vocabulary, with a few accented and CJK words.
 std::string make_corpus(unsigned seed, int lines) {
-  const std::vector<std::string> words = {"the", "model", "learns", "tokens", "from", "text", "and", "data",
-                                          "training", "runs", "fast", "on", "a", "GPU", "café", "naïve",
-                                          "数据", "模型", "loss", "falls", "step", "by", "steps", "again"};
+  const std::vector<std::string> words = {"the",      "model", "learns", "tokens", "from", "text", "and",   "data",
+                                          "training", "runs",  "fast",   "on",     "a",    "GPU",  "café",  "naïve",
+                                          "数据",     "模型",  "loss",   "falls",  "step", "by",   "steps", "again"};
   std::mt19937 rng(seed);
   std::string out;
   for (int l = 0; l < lines; ++l) {
@@ -104,28 +104,33 @@ TEST(SentencePiece, EndOfSequenceIsSpecialOnlyWhenAllowed) {
 
 TEST(SentencePiece, BadInputNamesTheProblem) {
   const std::string dir = llmtrain::fs::make_temp_dir("llmtrain_sp_bad_");
-  llmtrain::testing::expect_error([&] { SentencePiece s(dir + "/missing.model"); }, {"SentencePiece model " + dir + "/missing.model: cannot open (No such file"});
+  llmtrain::testing::expect_error([&] { SentencePiece s(dir + "/missing.model"); },
+                                  {"SentencePiece model " + dir + "/missing.model: cannot open (No such file"});
   std::ofstream(dir + "/junk.model") << "not a model";
-  llmtrain::testing::expect_error([&] { SentencePiece s(dir + "/junk.model"); }, {dir + "/junk.model could not be loaded"});
+  llmtrain::testing::expect_error([&] { SentencePiece s(dir + "/junk.model"); },
+                                  {dir + "/junk.model could not be loaded"});
   llmtrain::tokenizer::SentencePieceTrainOptions o;
   o.inputs = {dir + "/none.txt"};
   o.model_prefix = dir + "/x";
-  llmtrain::testing::expect_error([&] { train_sentencepiece(o); }, {"input " + dir + "/none.txt: cannot open (No such file"});
+  llmtrain::testing::expect_error([&] { train_sentencepiece(o); },
+                                  {"input " + dir + "/none.txt: cannot open (No such file"});
   std::ofstream(dir + "/c.txt") << make_corpus(1, 50);
   o.inputs = {dir + "/c.txt"};
   o.model_type = "wordpiece";
   llmtrain::testing::expect_error([&] { train_sentencepiece(o); }, {"model_type \"wordpiece\""});
-  llmtrain::testing::expect_error([&] { llmtrain::tokenizer::load_tokenizer("bert", ""); }, {"unknown tokenizer \"bert\""});
+  llmtrain::testing::expect_error([&] { llmtrain::tokenizer::load_tokenizer("bert", ""); },
+                                  {"unknown tokenizer \"bert\""});
   llmtrain::fs::remove_tree(dir);
 }
 
 // A model whose normalizer table is corrupt (the fuzzer's find: libsentencepiece followed it out of
 // its memory and crashed) is refused when it loads, naming the table.
 TEST(SentencePiece, ACorruptNormalizerTableIsRefusedNotFollowed) {
-  const std::string model = llmtrain::testing::test_source_dir() + "/tests/fuzz/corpus/sentencepiece/corrupt_normalizer_trie.model";
-  llmtrain::testing::expect_error([&] { SentencePiece sp(model); },
-                                  {"corrupt_normalizer_trie.model could not be loaded", "normalizer table",
-                                   "points outside the trie"});
+  const std::string model =
+      llmtrain::testing::test_source_dir() + "/tests/fuzz/corpus/sentencepiece/corrupt_normalizer_trie.model";
+  llmtrain::testing::expect_error(
+      [&] { SentencePiece sp(model); },
+      {"corrupt_normalizer_trie.model could not be loaded", "normalizer table", "points outside the trie"});
   // The model it was mutated from loads.
   SentencePiece good(llmtrain::testing::test_source_dir() + "/tests/fuzz/corpus/sentencepiece/bpe300.model");
   EXPECT_EQ(good.decode(good.encode("the quick brown fox")), "the quick brown fox");
@@ -183,7 +188,10 @@ TEST(SentencePiece, PrintedTextIsAlwaysValidUtf8) {
   const std::string whole = tok->decode(ids);
   EXPECT_EQ(llmtrain::tokenizer::complete_utf8_prefix(whole), whole.size());
   EXPECT_EQ(llmtrain::tokenizer::printable_utf8(whole), whole);
-  EXPECT_EQ(llmtrain::tokenizer::printable_utf8("a\xFF" "b"), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(llmtrain::tokenizer::printable_utf8("a\xFF"
+                                                "b"),
+            "a\xEF\xBF\xBD"
+            "b");
 }
 
 // llmtrain's SentencePiece against the sentencepiece library's own (its Python package, a build of its
@@ -196,11 +204,26 @@ TEST(SentencePiece, MatchesTheSentencePieceLibrary) {
   const std::string dir = llmtrain::fs::make_temp_dir("llmtrain_sp_peer_");
   const auto files = lt::sotu_files(data);
   ASSERT_GT(files.size(), 100u);
-  std::vector<std::string> train_files, texts = {
-      "double  spaces", " leading space", "trailing space ", "  both  ", "\ttabs\tinside\t", "new\nlines\n\n",
-      "\r\nwindows\r\n", "full-width ＡＢＣ　１２３！", "ﬁ ligature and ① circled", "e\u0301 combining n\u0303",
-      "byte fallback: 😀 👨‍👩‍👧 数据 한국어", "</s> <s> <unk> as text", "", " ", "\n", "   \n  \n",
-      "U.S. $1,234.56 -- 50% (approx.)", "ALL CAPS SENTENCE.", std::string(300, 'a'), std::string("\x01\x7f ctl", 7)};
+  std::vector<std::string> train_files, texts = {"double  spaces",
+                                                 " leading space",
+                                                 "trailing space ",
+                                                 "  both  ",
+                                                 "\ttabs\tinside\t",
+                                                 "new\nlines\n\n",
+                                                 "\r\nwindows\r\n",
+                                                 "full-width ＡＢＣ　１２３！",
+                                                 "ﬁ ligature and ① circled",
+                                                 "e\u0301 combining n\u0303",
+                                                 "byte fallback: 😀 👨‍👩‍👧 数据 한국어",
+                                                 "</s> <s> <unk> as text",
+                                                 "",
+                                                 " ",
+                                                 "\n",
+                                                 "   \n  \n",
+                                                 "U.S. $1,234.56 -- 50% (approx.)",
+                                                 "ALL CAPS SENTENCE.",
+                                                 std::string(300, 'a'),
+                                                 std::string("\x01\x7f ctl", 7)};
   for (size_t i = 0; i < files.size(); ++i) {
     if (i % 8 == 0) train_files.push_back(files[i]);
     if (i % 4 != 1) continue;
@@ -230,8 +253,9 @@ TEST(SentencePiece, MatchesTheSentencePieceLibrary) {
       id_lists.push_back(ids);
     }
     std::ofstream(dir + "/in.json") << nlohmann::json({{"texts", texts}, {"id_lists", id_lists}}).dump();
-    const std::string cmd = "'" + lt::test_python() + "' '" + lt::test_source_dir() + "/tests/python/sentencepiece_ids.py' '" +
-                            o.model_prefix + ".model' '" + dir + "/in.json' '" + dir + "/out.json'";
+    const std::string cmd = "'" + lt::test_python() + "' '" + lt::test_source_dir() +
+                            "/tests/python/sentencepiece_ids.py' '" + o.model_prefix + ".model' '" + dir +
+                            "/in.json' '" + dir + "/out.json'";
     ASSERT_EQ(lt::run_command(cmd), 0) << cmd;
     const auto theirs = nlohmann::json::parse(llmtrain::fs::read_file(dir + "/out.json"));
     int wrong_ids = 0, wrong_text = 0;
@@ -240,13 +264,14 @@ TEST(SentencePiece, MatchesTheSentencePieceLibrary) {
       if (ids != theirs["ids"][i].get<std::vector<int32_t>>() && ++wrong_ids <= 3)
         ADD_FAILURE() << what << ": ids of " << nlohmann::json(texts[i]).dump() << "\n theirs: " << theirs["pieces"][i];
       if (ours.decode(ids) != theirs["decoded"][i].get<std::string>() && ++wrong_text <= 3)
-        ADD_FAILURE() << what << ": decoded " << nlohmann::json(texts[i]).dump() << " as " << nlohmann::json(ours.decode(ids)).dump()
-                      << ", the library as " << theirs["decoded"][i];
+        ADD_FAILURE() << what << ": decoded " << nlohmann::json(texts[i]).dump() << " as "
+                      << nlohmann::json(ours.decode(ids)).dump() << ", the library as " << theirs["decoded"][i];
     }
     EXPECT_EQ(wrong_ids, 0) << what << " of " << texts.size() << " texts";
     EXPECT_EQ(wrong_text, 0) << what;
     for (size_t i = 0; i < id_lists.size(); ++i)
-      EXPECT_EQ(llmtrain::tokenizer::printable_utf8(ours.decode(id_lists[i])), theirs["decoded_lists"][i].get<std::string>())
+      EXPECT_EQ(llmtrain::tokenizer::printable_utf8(ours.decode(id_lists[i])),
+                theirs["decoded_lists"][i].get<std::string>())
           << what << ": " << nlohmann::json(id_lists[i]).dump();
   }
   llmtrain::fs::remove_tree(dir);

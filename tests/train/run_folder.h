@@ -22,7 +22,8 @@ struct RunFolder {
     const auto shard = [&](const std::string& name, int n) {
       std::vector<int32_t> t(static_cast<size_t>(n));
       // A learnable stream: each token determines the next (x -> 31 x + 7 mod 4099), from random starts.
-      for (size_t i = 0; i < t.size(); ++i) t[i] = i % 64 == 0 ? int32_t(rng() % 4099) : int32_t((31 * t[i - 1] + 7) % 4099);
+      for (size_t i = 0; i < t.size(); ++i)
+        t[i] = i % 64 == 0 ? int32_t(rng() % 4099) : int32_t((31 * t[i - 1] + 7) % 4099);
       llmtrain::data::write_shard(dir.path + "/" + name, t, 50257);
     };
     shard("train_000000.bin", 20000);
@@ -32,7 +33,8 @@ struct RunFolder {
   llmtrain::train::TrainerConfig config(const std::string& out, std::vector<std::string> extra = {}) const {
     std::vector<std::string> sets = std::move(extra);  // these replace the folder's own below (a key is set once)
     const auto key = [](const std::string& set) { return set.substr(0, set.find('=')); };
-    for (const std::string& own : std::vector<std::string>{"data.train=" + dir.path + "/train_*.bin", "data.val=" + dir.path + "/val_*.bin",
+    for (const std::string& own :
+         std::vector<std::string>{"data.train=" + dir.path + "/train_*.bin", "data.val=" + dir.path + "/val_*.bin",
                                   "out_dir=" + dir.path + "/" + out, "device=cpu"})
       if (std::none_of(sets.begin(), sets.end(), [&](const std::string& s) { return key(s) == key(own); }))
         sets.push_back(own);
@@ -42,7 +44,8 @@ struct RunFolder {
                 "warmup_steps": 2, "schedule": "cosine", "precision": "fp32", "seed": 7},
       "eval": {"every": 10, "batches": 2},
       "checkpoint": {"every": 5, "keep": 2}
-    })", "test config", sets);
+    })",
+                                                 "test config", sets);
   }
 };
 

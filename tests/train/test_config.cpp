@@ -29,8 +29,8 @@ TEST(TrainerConfig, ParsesSectionsAndKeepsDefaults) {
   EXPECT_EQ(c.train.seed, 42u);
   EXPECT_EQ(c.train.precision, "bf16-master");
   EXPECT_EQ(c.checkpoint.keep, 3);
-  EXPECT_EQ(c.sample.every, 0);     // default: off
-  EXPECT_EQ(c.device, "auto");      // default
+  EXPECT_EQ(c.sample.every, 0);  // default: off
+  EXPECT_EQ(c.device, "auto");   // default
   EXPECT_DOUBLE_EQ(c.optimizer().schedule.at(100), 6e-4);
   EXPECT_EQ(c.optimizer().precision, llmtrain::optim::Precision::kBF16Master);
   EXPECT_TRUE(c.optimizer().stochastic_rounding);  // default
@@ -41,9 +41,9 @@ TEST(TrainerConfig, ParsesSectionsAndKeepsDefaults) {
 }
 
 TEST(TrainerConfig, OverridesApplyBeforeChecks) {
-  const auto c = TrainerConfig::parse(kConfig, "test.json",
-                                      {"train.lr=3e-4", "data.train=other/train_*.bin", "sample.prompt=Hello there",
-                                       "model.n_layer=6", "device=cpu"});
+  const auto c = TrainerConfig::parse(
+      kConfig, "test.json",
+      {"train.lr=3e-4", "data.train=other/train_*.bin", "sample.prompt=Hello there", "model.n_layer=6", "device=cpu"});
   EXPECT_DOUBLE_EQ(c.train.lr, 3e-4);
   EXPECT_EQ(c.data.train, "other/train_*.bin");
   EXPECT_EQ(c.sample.prompt, "Hello there");
@@ -53,15 +53,21 @@ TEST(TrainerConfig, OverridesApplyBeforeChecks) {
 
 TEST(TrainerConfig, BadInputNamesTheKeyAndTheSource) {
   expect_error([] { TrainerConfig::parse("{\"train\": {", "broken.json"); }, {"broken.json", "not valid JSON"});
-  expect_error([] { TrainerConfig::parse(R"({"train": {"lrr": 1}})", "a.json"); }, {"a.json", "unknown key \"train.lrr\""});
+  expect_error([] { TrainerConfig::parse(R"({"train": {"lrr": 1}})", "a.json"); },
+               {"a.json", "unknown key \"train.lrr\""});
   expect_error([] { TrainerConfig::parse(R"({"trian": {}})", "a.json"); }, {"unknown section \"trian\""});
   expect_error([] { TrainerConfig::parse(R"({"speed": 3})", "a.json"); }, {"unknown key \"speed\""});
   expect_error([] { TrainerConfig::parse(R"({"train": 3})", "a.json"); }, {"train must be an object"});
-  expect_error([] { TrainerConfig::parse(R"({"train": {"lr": "fast"}})", "a.json"); }, {"train.lr must be a number", "\"fast\""});
-  expect_error([] { TrainerConfig::parse(R"({"train": {"batch_size": 2.5}})", "a.json"); }, {"train.batch_size must be an integer"});
-  expect_error([] { TrainerConfig::parse(R"({"train": {"seed": -1}})", "a.json"); }, {"train.seed must be a non-negative integer"});
-  expect_error([] { TrainerConfig::parse(R"({"train": {"batch_size": 0}})", "a.json"); }, {"train.batch_size must be at least 1"});
-  expect_error([] { TrainerConfig::parse(R"({"train": {"precision": "int8"}})", "a.json"); }, {"a.json", "precision \"int8\""});
+  expect_error([] { TrainerConfig::parse(R"({"train": {"lr": "fast"}})", "a.json"); },
+               {"train.lr must be a number", "\"fast\""});
+  expect_error([] { TrainerConfig::parse(R"({"train": {"batch_size": 2.5}})", "a.json"); },
+               {"train.batch_size must be an integer"});
+  expect_error([] { TrainerConfig::parse(R"({"train": {"seed": -1}})", "a.json"); },
+               {"train.seed must be a non-negative integer"});
+  expect_error([] { TrainerConfig::parse(R"({"train": {"batch_size": 0}})", "a.json"); },
+               {"train.batch_size must be at least 1"});
+  expect_error([] { TrainerConfig::parse(R"({"train": {"precision": "int8"}})", "a.json"); },
+               {"a.json", "precision \"int8\""});
   expect_error([] { TrainerConfig::parse(R"({"train": {"schedule": "step"}})", "a.json"); }, {"schedule \"step\""});
   expect_error([] { TrainerConfig::parse(R"({"train": {"rounding": "up"}})", "a.json"); },
                {"a.json", "train.rounding must be stochastic or nearest", "\"up\""});
@@ -85,8 +91,11 @@ TEST(TrainerConfig, ErrorsNameWhereTheValueCameFrom) {
   expect_error([] { TrainerConfig::parse(R"({"device": "tpu"})", "a.json"); }, {"a.json: device must be"});
   expect_error([] { TrainerConfig::parse(R"({"train": {"lr": 1e-3, "lr": 2e-3}})", "a.json"); },
                {"a.json", "\"train.lr\" is given twice"});
-  expect_error([] { TrainerConfig::parse("{}", "a.json", {"train.lr=1", "train.lr=2"}); },
-               {"--set train.lr=2", "already set by --set train.lr=1"});
+  expect_error(
+      [] {
+        TrainerConfig::parse("{}", "a.json", {"train.lr=1", "train.lr=2"});
+      },
+      {"--set train.lr=2", "already set by --set train.lr=1"});
 }
 
 // The key reference is made from the table the parser reads, and docs/CONFIG.md holds it as it is.
@@ -113,7 +122,8 @@ TEST(TrainerConfig, TheReferenceListsEveryKeyAndDocsHoldIt) {
 
 TEST(TrainerConfig, DataFormatTokenizerAndSampling) {
   const auto sft = TrainerConfig::parse(
-      R"({"data": {"train": "sft/train.jsonl", "pack": true}, "tokenizer": {"kind": "gpt2"}, "sample": {"every": 50}})", "a.json");
+      R"({"data": {"train": "sft/train.jsonl", "pack": true}, "tokenizer": {"kind": "gpt2"}, "sample": {"every": 50}})",
+      "a.json");
   EXPECT_TRUE(sft.sft());
   EXPECT_TRUE(sft.data.pack);
   EXPECT_TRUE(sft.data.shuffle);  // default
@@ -123,14 +133,20 @@ TEST(TrainerConfig, DataFormatTokenizerAndSampling) {
   expect_error([] { TrainerConfig::parse(R"({"data": {"shuffle_unit": "token"}})", "a.json"); },
                {"a.json", "data.shuffle_unit", "window or batch", "token"});
   EXPECT_FALSE(TrainerConfig::parse(R"({"data": {"train": "shards/train_*.bin"}})", "a.json").sft());
-  EXPECT_TRUE(TrainerConfig::parse(R"({"data": {"train": "x.txt", "format": "sft"}, "tokenizer": {"kind": "gpt2"}})", "a.json").sft());
+  EXPECT_TRUE(
+      TrainerConfig::parse(R"({"data": {"train": "x.txt", "format": "sft"}, "tokenizer": {"kind": "gpt2"}})", "a.json")
+          .sft());
   expect_error([] { TrainerConfig::parse(R"({"data": {"train": "t.jsonl"}})", "a.json"); },
                {"a.json", "data.train t.jsonl is SFT JSONL, which needs tokenizer.kind"});
-  expect_error([] { TrainerConfig::parse(R"({"data": {"format": "csv"}})", "a.json"); }, {"data.format must be auto, shards or sft"});
+  expect_error([] { TrainerConfig::parse(R"({"data": {"format": "csv"}})", "a.json"); },
+               {"data.format must be auto, shards or sft"});
   expect_error([] { TrainerConfig::parse(R"({"data": {"pack": 1}})", "a.json"); }, {"data.pack must be true or false"});
-  expect_error([] { TrainerConfig::parse(R"({"tokenizer": {"kind": "bpe"}})", "a.json"); }, {"tokenizer.kind must be gpt2 or sentencepiece"});
-  expect_error([] { TrainerConfig::parse(R"({"sample": {"every": 10}})", "a.json"); }, {"sample.every > 0 needs tokenizer.kind"});
-  expect_error([] { TrainerConfig::parse(R"({"sample": {"temperature": -1}})", "a.json"); }, {"sample.temperature must be >= 0"});
+  expect_error([] { TrainerConfig::parse(R"({"tokenizer": {"kind": "bpe"}})", "a.json"); },
+               {"tokenizer.kind must be gpt2 or sentencepiece"});
+  expect_error([] { TrainerConfig::parse(R"({"sample": {"every": 10}})", "a.json"); },
+               {"sample.every > 0 needs tokenizer.kind"});
+  expect_error([] { TrainerConfig::parse(R"({"sample": {"temperature": -1}})", "a.json"); },
+               {"sample.temperature must be >= 0"});
 }
 
 // The GPT-2 124M reference run (scripts/gpu_check.sh converge) is llm.c's convergence reference of

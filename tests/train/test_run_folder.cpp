@@ -4,8 +4,8 @@
 // for transformers; resuming refuses changed keys that break exactness; a step's time is its own.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <fstream>
@@ -32,8 +32,8 @@ namespace {
 
 // A SentencePiece model trained on made-up sentences, as the demo trains its own.
 std::string train_sp(const std::string& dir, int64_t vocab = 330) {
-  const std::vector<std::string> words = {"the", "model", "learns", "tokens", "from", "text", "and", "data",
-                                          "training", "runs", "fast", "on", "a", "step", "loss", "falls"};
+  const std::vector<std::string> words = {"the",      "model", "learns", "tokens", "from", "text", "and",  "data",
+                                          "training", "runs",  "fast",   "on",     "a",    "step", "loss", "falls"};
   std::mt19937 rng(3);
   std::ofstream corpus(dir + "/corpus.txt");
   for (int l = 0; l < 2000; ++l) {
@@ -94,12 +94,13 @@ TEST(RunFolder, AMovedRunGeneratesFineTunesAndConvertsWithItsOwnTokenizer) {
   const llmtrain::tokenizer::SentencePiece same("original", original);
   EXPECT_EQ(tok->encode("the model learns fast"), same.encode("the model learns fast"));
   // The run's config file reads as a config from anywhere: its tokenizer lies beside it.
-  EXPECT_EQ(llmtrain::train::TrainerConfig::load(moved + "/config.json").tokenizer.path, moved + "/tokenizer/tokenizer.model");
+  EXPECT_EQ(llmtrain::train::TrainerConfig::load(moved + "/config.json").tokenizer.path,
+            moved + "/tokenizer/tokenizer.model");
 
   // generate_gpt2 with no tokenizer flag, from another working folder.
-  const auto gen = run_bin({"generate_gpt2", "--checkpoint", moved, "--prompt", "the model", "--max-new-tokens", "5",
-                            "--device", "cpu"},
-                           "/");
+  const auto gen = run_bin(
+      {"generate_gpt2", "--checkpoint", moved, "--prompt", "the model", "--max-new-tokens", "5", "--device", "cpu"},
+      "/");
   EXPECT_TRUE(gen.exited && gen.code == 0) << gen.how() << "\n" << gen.output;
   EXPECT_THAT(gen.output, HasSubstr("the model"));
 
@@ -138,12 +139,14 @@ TEST(RunFolder, ResumeRefusesKeysThatBreakExactness) {
   RunFolder run;
   fs::make_dirs(run.dir.path + "/other");
   const std::string model = train_sp(run.dir.path), other = train_sp(run.dir.path + "/other", 300);
-  const std::vector<std::string> base = {"tokenizer.kind=sentencepiece", "tokenizer.path=" + model, "train.max_steps=10"};
+  const std::vector<std::string> base = {"tokenizer.kind=sentencepiece", "tokenizer.path=" + model,
+                                         "train.max_steps=10"};
   Trainer(run.config("r", base)).run();
   const auto with = [&](std::vector<std::string> changed) {  // base with some keys given other values
     for (const auto& keep : base)
-      if (std::none_of(changed.begin(), changed.end(),
-                       [&](const std::string& c) { return c.substr(0, c.find('=')) == keep.substr(0, keep.find('=')); }))
+      if (std::none_of(changed.begin(), changed.end(), [&](const std::string& c) {
+            return c.substr(0, c.find('=')) == keep.substr(0, keep.find('='));
+          }))
         changed.push_back(keep);
     return run.config("r", changed);
   };
@@ -185,7 +188,8 @@ TEST(RunFolder, ExportedFoldersCarryATokenizerTransformersUses) {
       llmtrain::infer::SamplingOptions greedy;
       greedy.temperature = 0;
       const auto first = llmtrain::infer::generate(model, prompt, 1, greedy).back();
-      const auto h = model->transformer(torch::tensor(std::vector<int64_t>(prompt.begin(), prompt.end())).view({1, -1}));
+      const auto h =
+          model->transformer(torch::tensor(std::vector<int64_t>(prompt.begin(), prompt.end())).view({1, -1}));
       const auto& wte = model->transformer->wte->weight;
       const double logit = h[0][-1].dot(wte[first]).item<double>();
       wte[eot].copy_(wte[first] * (logit > 0 ? 2.0 : 0.5));
@@ -228,7 +232,7 @@ TEST(RunFolder, AStepsTokensPerSecondIsItsOwn) {
   at::set_num_threads(threads);
   ASSERT_EQ(tps.size(), 40u);
   for (const size_t step : {10, 11, 20, 21, 30, 31}) {  // 1-based steps
-    std::vector<double> around;  // the four steps before and after the pair, none beside a pause
+    std::vector<double> around;                         // the four steps before and after the pair, none beside a pause
     for (size_t s = step - step % 10 - 4; s <= step - step % 10 + 5; ++s)
       if (s % 10 != 0 && s % 10 != 1) around.push_back(tps[s - 1]);
     std::sort(around.begin(), around.end());

@@ -1,8 +1,8 @@
 // The Trainer on the CPU: exact resume, metrics, checkpoint rotation and atomicity, signals, bad input.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include <condition_variable>
 #include <csignal>
@@ -16,10 +16,10 @@
 
 #include "llmtrain/config.h"
 #include "llmtrain/data/shard.h"
+#include "llmtrain/dist/communicator.h"
 #include "llmtrain/infer/generate.h"
 #include "llmtrain/io/hf_gpt2.h"
 #include "llmtrain/tokenizer/tokenizer.h"
-#include "llmtrain/dist/communicator.h"
 #include "llmtrain/train/graphed_step.h"
 #include "llmtrain/train/plot.h"
 #include "llmtrain/train/trainer.h"
@@ -169,7 +169,9 @@ RankRuns run_ranks(int n, const TrainerConfig& config, bool resume = false, int6
       ++next;
       cv.notify_all();
     }
-    if (resume) { EXPECT_TRUE(t->resume_if_possible()); }
+    if (resume) {
+      EXPECT_TRUE(t->resume_if_possible());
+    }
     out.losses[size_t(r)] = run_losses(*t, stop_at);
     out.weights[size_t(r)] = t->model()->named_parameters()["transformer.h.0.mlp.c_fc.weight"].detach().clone();
   });
@@ -284,7 +286,8 @@ TEST(Trainer, MetricsLinesParseAndCheckpointsRotate) {
   for (const auto& j : lines) {
     if (j["type"] == "train") {
       ++train;
-      for (const char* k : {"step", "loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s"}) EXPECT_TRUE(j.contains(k)) << k;
+      for (const char* k : {"step", "loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s"})
+        EXPECT_TRUE(j.contains(k)) << k;
     } else {
       ++eval;
       EXPECT_TRUE(j.contains("val_loss"));
@@ -325,7 +328,8 @@ TEST(Trainer, SignalFinishesTheStepAndLeavesAResumableCheckpoint) {
 
 TEST(Trainer, BadInputIsAClearErrorAndLosesNothing) {
   RunFolder run;
-  expect_error([&] { Trainer t(run.config("x", {"data.train=" + run.dir.path + "/none_*.bin"})); }, {"no shard matches"});
+  expect_error([&] { Trainer t(run.config("x", {"data.train=" + run.dir.path + "/none_*.bin"})); },
+               {"no shard matches"});
   expect_error([&] { Trainer t(run.config("x", {"sample.every=5"})); }, {"sample.every > 0 needs tokenizer.kind"});
   expect_error([&] { Trainer t(run.config("x", {"train.total_batch_tokens=100"})); },
                {"total_batch_tokens 100", "batch_size x seq_len x ranks = 128"});
@@ -336,19 +340,33 @@ TEST(Trainer, BadInputIsAClearErrorAndLosesNothing) {
   // Each refusal leaves the run folder as it was, byte for byte.
   const std::string shape = run.dir.path + "/shape";
   auto before = llmtrain::testing::files_under(shape);
-  expect_error([&] { Trainer t(run.config("shape", {"model.n_layer=3"})); t.resume_if_possible(); },
-               {"step_00000005", "n_layer 2,", "this config has vocab_size 50257, block_size 128, n_layer 3,"});
+  expect_error(
+      [&] {
+        Trainer t(run.config("shape", {"model.n_layer=3"}));
+        t.resume_if_possible();
+      },
+      {"step_00000005", "n_layer 2,", "this config has vocab_size 50257, block_size 128, n_layer 3,"});
   EXPECT_EQ(llmtrain::testing::files_under(shape), before);
   const std::string state = shape + "/checkpoints/step_00000005/state.json";
   const std::string saved = llmtrain::fs::read_file(state);
   std::ofstream(state) << R"({"format": "something-else"})";
   before = llmtrain::testing::files_under(shape);
-  expect_error([&] { Trainer t(run.config("shape")); t.resume_if_possible(); }, {"not an llmtrain checkpoint"});
+  expect_error(
+      [&] {
+        Trainer t(run.config("shape"));
+        t.resume_if_possible();
+      },
+      {"not an llmtrain checkpoint"});
   EXPECT_EQ(llmtrain::testing::files_under(shape), before);
   std::ofstream(state) << saved;
   std::ofstream(shape + "/checkpoints/step_00000005/model.pt") << "truncated";
   before = llmtrain::testing::files_under(shape);
-  expect_error([&] { Trainer t(run.config("shape")); t.resume_if_possible(); }, {"step_00000005", "cannot load model.pt"});
+  expect_error(
+      [&] {
+        Trainer t(run.config("shape"));
+        t.resume_if_possible();
+      },
+      {"step_00000005", "cannot load model.pt"});
   EXPECT_EQ(llmtrain::testing::files_under(shape), before);
 }
 
@@ -361,7 +379,7 @@ TEST(Trainer, TwoRanksOnSplitBatchesTrainAsOneRankOnTheWholeBatch) {
 
   const auto [losses, weights] = run_ranks(2, run.config("two"));
   ASSERT_EQ(losses[0].size(), expected.size());
-  EXPECT_EQ(losses[0], losses[1]);                  // every rank logs the same averaged loss
+  EXPECT_EQ(losses[0], losses[1]);                    // every rank logs the same averaged loss
   EXPECT_TRUE(torch::equal(weights[0], weights[1]));  // and holds the same weights
   for (size_t i = 0; i < expected.size(); ++i) EXPECT_NEAR(losses[0][i], expected[i], 1e-4) << "step " << i + 1;
   const auto w1 = one.model()->named_parameters()["transformer.h.0.mlp.c_fc.weight"];
@@ -467,7 +485,8 @@ TEST(Trainer, FineTunesACheckpointOnSFTJsonl) {
   const std::string cfg_path = run.dir.path + "/finetune.json";
   std::ofstream(cfg_path) << nlohmann::json{
       {"data", {{"train", run.dir.path + "/sft.jsonl"}}},
-      {"train", {{"batch_size", 8}, {"seq_len", 16}, {"max_steps", 30}, {"lr", 3e-3}, {"schedule", "constant"}, {"seed", 3}}},
+      {"train",
+       {{"batch_size", 8}, {"seq_len", 16}, {"max_steps", 30}, {"lr", 3e-3}, {"schedule", "constant"}, {"seed", 3}}},
       {"eval", {{"every", 0}, {"batches", 2}}},
       {"checkpoint", {{"every", 10}, {"keep", 1}}},
       {"out_dir", run.dir.path + "/ft"},
@@ -489,8 +508,11 @@ TEST(Trainer, FineTunesACheckpointOnSFTJsonl) {
   std::ofstream(cfg_path + ".bad") << R"({"model": {"n_layer": 4}, "data": {"train": "x.jsonl"}})";
   expect_error([&] { llmtrain::train::finetune_config(base_dir, cfg_path + ".bad"); },
                {"finetune.json.bad", "model.n_layer cannot be set when fine-tuning"});
-  expect_error([&] { Trainer t(run.config("y", {"model.init_from=" + base_dir, "model.n_layer=3"})); },
-               {"model.init_from", "n_layer"});
+  expect_error(
+      [&] {
+        Trainer t(run.config("y", {"model.init_from=" + base_dir, "model.n_layer=3"}));
+      },
+      {"model.init_from", "n_layer"});
 }
 
 // Packed fine-tuning must teach what unpacked fine-tuning teaches: a prompt alone brings back its
@@ -501,9 +523,9 @@ TEST(Trainer, FineTunesACheckpointOnSFTJsonl) {
 TEST(Trainer, PackedFineTuningLearnsWhatUnpackedLearns) {
   LLMTRAIN_REQUIRE_DATA_DIR(data);
   RunFolder run;
-  const char* words[] = {"amber", "birch", "cobalt", "delta", "ember", "fjord", "garnet", "harbor", "indigo", "juniper",
-                         "kestrel", "lagoon", "meadow", "nimbus", "onyx", "prairie", "quartz", "raven", "saffron",
-                         "tundra"};
+  const char* words[] = {"amber",  "birch",   "cobalt",  "delta",   "ember",   "fjord",  "garnet",
+                         "harbor", "indigo",  "juniper", "kestrel", "lagoon",  "meadow", "nimbus",
+                         "onyx",   "prairie", "quartz",  "raven",   "saffron", "tundra"};
   std::vector<std::pair<std::string, std::string>> pairs;
   std::mt19937 rng(11);
   std::ofstream out(run.dir.path + "/qa.jsonl");
@@ -515,11 +537,12 @@ TEST(Trainer, PackedFineTuningLearnsWhatUnpackedLearns) {
   out.close();
   const auto answers = [&](bool pack) {
     const std::string name = pack ? "packed" : "unpacked";
-    Trainer t(run.config(name, {"data.train=" + run.dir.path + "/qa.jsonl", "data.val=", "data.pack=" + std::string(pack ? "true" : "false"), "data.shuffle=false",
-                                "tokenizer.kind=gpt2", "tokenizer.path=" + data + "/gpt2", "train.seq_len=32",
-                                "train.batch_size=4", "train.total_batch_tokens=0", "train.lr=3e-3", "train.warmup_steps=0",
-                                "train.schedule=constant", "train.max_steps=" + std::to_string(pack ? 80 : 160),
-                                "eval.every=0", "checkpoint.every=0"}));
+    Trainer t(run.config(
+        name, {"data.train=" + run.dir.path + "/qa.jsonl",
+               "data.val=", "data.pack=" + std::string(pack ? "true" : "false"), "data.shuffle=false",
+               "tokenizer.kind=gpt2", "tokenizer.path=" + data + "/gpt2", "train.seq_len=32", "train.batch_size=4",
+               "train.total_batch_tokens=0", "train.lr=3e-3", "train.warmup_steps=0", "train.schedule=constant",
+               "train.max_steps=" + std::to_string(pack ? 80 : 160), "eval.every=0", "checkpoint.every=0"}));
     t.run();
     const auto tok = llmtrain::tokenizer::load_tokenizer("gpt2", data + "/gpt2");
     llmtrain::infer::SamplingOptions greedy;
@@ -602,15 +625,12 @@ TEST(Trainer, CudaGraphStepsEqualEagerSteps_CUDA) {
   const auto got = run_losses(graphed);
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) {
-    if (bitwise)
-      EXPECT_EQ(got[i], want[i]) << "step " << i + 1;
-    else
-      EXPECT_NEAR(got[i], want[i], 2e-2 * std::abs(want[i])) << "step " << i + 1;
+    if (bitwise) EXPECT_EQ(got[i], want[i]) << "step " << i + 1;
+    else EXPECT_NEAR(got[i], want[i], 2e-2 * std::abs(want[i])) << "step " << i + 1;
   }
   const auto pe = eager.model()->parameters(), pg = graphed.model()->parameters();
   for (size_t i = 0; i < pe.size(); ++i) {
-    if (bitwise)
-      EXPECT_TRUE(torch::equal(pe[i], pg[i])) << "parameter " << i;
+    if (bitwise) EXPECT_TRUE(torch::equal(pe[i], pg[i])) << "parameter " << i;
     else
       EXPECT_TRUE(torch::allclose(pe[i].to(torch::kFloat), pg[i].to(torch::kFloat), 5e-2, 5e-3)) << "parameter " << i;
   }
@@ -623,10 +643,8 @@ TEST(Trainer, CudaGraphStepsEqualEagerSteps_CUDA) {
   const auto rest = run_losses(second);
   ASSERT_EQ(rest.size(), 7u);
   for (size_t i = 0; i < rest.size(); ++i) {
-    if (bitwise)
-      EXPECT_EQ(rest[i], got[5 + i]) << "step " << 6 + i;
-    else
-      EXPECT_NEAR(rest[i], got[5 + i], 2e-2 * std::abs(got[5 + i])) << "step " << 6 + i;
+    if (bitwise) EXPECT_EQ(rest[i], got[5 + i]) << "step " << 6 + i;
+    else EXPECT_NEAR(rest[i], got[5 + i], 2e-2 * std::abs(got[5 + i])) << "step " << 6 + i;
   }
 }
 
@@ -645,10 +663,12 @@ TEST(Trainer, StartsFromHuggingFaceAndConvertedCheckpoints) {
   }
   // A fine-tuning run from the Hugging Face folder starts from its weights, with GPT-2's tokenizer.
   const std::string cfg_path = run.dir.path + "/ft.json";
-  std::ofstream(cfg_path) << R"({"train": {"batch_size": 4, "seq_len": 32, "max_steps": 2}, "tokenizer": {"kind": ""}})";
-  auto cfg = llmtrain::train::finetune_config(hf, cfg_path, {"data.train=" + run.dir.path + "/train_*.bin",
-                                                            "data.val=" + run.dir.path + "/val_*.bin",
-                                                            "out_dir=" + run.dir.path + "/ft", "device=cpu"});
+  std::ofstream(cfg_path)
+      << R"({"train": {"batch_size": 4, "seq_len": 32, "max_steps": 2}, "tokenizer": {"kind": ""}})";
+  auto cfg = llmtrain::train::finetune_config(
+      hf, cfg_path,
+      {"data.train=" + run.dir.path + "/train_*.bin", "data.val=" + run.dir.path + "/val_*.bin",
+       "out_dir=" + run.dir.path + "/ft", "device=cpu"});
   EXPECT_EQ(cfg.model.init_from, hf);
   EXPECT_EQ(cfg.model.n_embd, 64);
   Trainer t(cfg);
@@ -682,13 +702,27 @@ TEST(Trainer, EveryStateFieldWrongIsNamed) {
     std::string name;
     for (const auto& k : key) name += (name.empty() ? "" : ".") + k;
     SCOPED_TRACE(name + " = " + (value ? value->dump() : "(missing)"));
-    expect_error([&] { Trainer t(run.config("state", {"train.max_steps=5"})); t.resume_if_possible(); }, {path, want.empty() ? name : want});
+    expect_error(
+        [&] {
+          Trainer t(run.config("state", {"train.max_steps=5"}));
+          t.resume_if_possible();
+        },
+        {path, want.empty() ? name : want});
   };
   const nlohmann::json text = "x", negative = -5, huge = uint64_t(1) << 63, fraction = 0.5, list = {1, 2};
-  const std::vector<std::vector<std::string>> numbers = {
-      {"step"}, {"elapsed_s"}, {"zero_ranks"}, {"scaler", "scale"}, {"scaler", "good_steps"},
-      {"train_loader", "epoch"}, {"train_loader", "shard"}, {"train_loader", "position"},
-      {"model", "vocab_size"}, {"model", "block_size"}, {"model", "n_layer"}, {"model", "n_head"}, {"model", "n_embd"}};
+  const std::vector<std::vector<std::string>> numbers = {{"step"},
+                                                         {"elapsed_s"},
+                                                         {"zero_ranks"},
+                                                         {"scaler", "scale"},
+                                                         {"scaler", "good_steps"},
+                                                         {"train_loader", "epoch"},
+                                                         {"train_loader", "shard"},
+                                                         {"train_loader", "position"},
+                                                         {"model", "vocab_size"},
+                                                         {"model", "block_size"},
+                                                         {"model", "n_layer"},
+                                                         {"model", "n_head"},
+                                                         {"model", "n_embd"}};
   for (const auto& key : numbers) {
     with(key, nullptr, "");
     for (const auto* v : {&text, &negative, &list}) with(key, v, "");

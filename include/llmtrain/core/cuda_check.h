@@ -23,15 +23,12 @@ inline void check_cublas(int code, const char* expr, const char* file, int line)
 
 /// Throws llmtrain::Error naming the CUDA error, the call and the place:
 ///   LLMTRAIN_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, stream));
-#define LLMTRAIN_CUDA_CHECK(expr) \
-  ::llmtrain::detail::check_cuda(static_cast<int>(expr), #expr, __FILE__, __LINE__)
+#define LLMTRAIN_CUDA_CHECK(expr) ::llmtrain::detail::check_cuda(static_cast<int>(expr), #expr, __FILE__, __LINE__)
 
 /// Throws llmtrain::Error naming the cuBLAS status, the call and the place:
 ///   LLMTRAIN_CUBLAS_CHECK(kernels::launch_matmul(handle, args, ws, ws_bytes, stream));
-#define LLMTRAIN_CUBLAS_CHECK(expr) \
-  ::llmtrain::detail::check_cublas(static_cast<int>(expr), #expr, __FILE__, __LINE__)
+#define LLMTRAIN_CUBLAS_CHECK(expr) ::llmtrain::detail::check_cublas(static_cast<int>(expr), #expr, __FILE__, __LINE__)
 
 /// Throws llmtrain::Error naming the NCCL error, the call and the place:
 ///   LLMTRAIN_NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm, stream));
-#define LLMTRAIN_NCCL_CHECK(expr) \
-  ::llmtrain::detail::check_nccl(static_cast<int>(expr), #expr, __FILE__, __LINE__)
+#define LLMTRAIN_NCCL_CHECK(expr) ::llmtrain::detail::check_nccl(static_cast<int>(expr), #expr, __FILE__, __LINE__)

@@ -43,7 +43,7 @@ void set_library_describer(LibraryDescriber describer);
 
 /// Throws llmtrain::Error built from the message parts when `cond` is false:
 ///   LLMTRAIN_CHECK(t <= block_size, "sequence length ", t, " exceeds block_size ", block_size);
-#define LLMTRAIN_CHECK(cond, ...)                                                 \
-  do {                                                                            \
+#define LLMTRAIN_CHECK(cond, ...)                                                           \
+  do {                                                                                      \
     if (!(cond)) ::llmtrain::detail::throw_error(::llmtrain::detail::str_cat(__VA_ARGS__)); \
   } while (0)

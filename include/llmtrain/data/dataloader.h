@@ -34,9 +34,9 @@ struct DataLoaderOptions {
   uint64_t seed = 1337;
   bool shuffle = true;
   ShuffleUnit shuffle_unit = ShuffleUnit::kWindow;
-  int64_t vocab_size = 0;  // when > 0, a token id at or above it is an error naming shard and position
-  int prefetch = 2;                   // batches prepared ahead by a background thread (0: none)
-  torch::Device device = torch::kCPU; // where batches land; pinned host memory and async copies for CUDA
+  int64_t vocab_size = 0;              // when > 0, a token id at or above it is an error naming shard and position
+  int prefetch = 2;                    // batches prepared ahead by a background thread (0: none)
+  torch::Device device = torch::kCPU;  // where batches land; pinned host memory and async copies for CUDA
 };
 
 /// A batch: inputs and targets (B, T) int64, targets shifted by one token; positions (B, T) int64 when

@@ -1,6 +1,6 @@
 // Text to token shards: the engine of build/bin/prepare_data. Documents are whole text files (or the
-// parts of them between separator lines) or the lines of JSONL files; each is tokenized (on all cores) and followed by the tokenizer's end-of-text
-// id; the tokens go to train or val shards of at most shard_tokens each, in input order.
+// parts of them between separator lines) or the lines of JSONL files; each is tokenized (on all cores) and followed by
+// the tokenizer's end-of-text id; the tokens go to train or val shards of at most shard_tokens each, in input order.
 #pragma once
 
 #include <cstdint>
@@ -14,18 +14,18 @@ namespace llmtrain::data {
 
 /// What prepare_shards reads and writes.
 struct PrepareOptions {
-  std::vector<std::string> inputs;      // text files, JSONL files (*.jsonl) or folders of them
-  std::string out_dir;                  // gets train_NNNNNN.bin and val_NNNNNN.bin
-  std::vector<std::string> val_files;   // documents from these files go to val
-  double val_fraction = 0.0;            // or: this share of documents, picked by a seeded hash
-  uint64_t seed = 1337;                 // for val_fraction
-  std::string text_field = "text";      // JSONL field holding a document
-  std::string separator;                // text files: a line equal to this ends a document ("%" for
-                                        // fortune files); empty: each file is one document
-  int64_t shard_tokens = 100'000'000;   // most tokens per shard
-  int threads = 0;                      // 0: every core
-  bool skip_bad_lines = false;          // JSONL: skip (and count) malformed lines instead of failing
-  bool force = false;                   // replace an existing out_dir that llmtrain did not write
+  std::vector<std::string> inputs;     // text files, JSONL files (*.jsonl) or folders of them
+  std::string out_dir;                 // gets train_NNNNNN.bin and val_NNNNNN.bin
+  std::vector<std::string> val_files;  // documents from these files go to val
+  double val_fraction = 0.0;           // or: this share of documents, picked by a seeded hash
+  uint64_t seed = 1337;                // for val_fraction
+  std::string text_field = "text";     // JSONL field holding a document
+  std::string separator;               // text files: a line equal to this ends a document ("%" for
+                                       // fortune files); empty: each file is one document
+  int64_t shard_tokens = 100'000'000;  // most tokens per shard
+  int threads = 0;                     // 0: every core
+  bool skip_bad_lines = false;         // JSONL: skip (and count) malformed lines instead of failing
+  bool force = false;                  // replace an existing out_dir that llmtrain did not write
   std::function<void(int64_t done_bytes, int64_t total_bytes)> on_progress;  // optional
 };
 

@@ -40,7 +40,7 @@ class SFTDataset {
   Batch batch(const std::vector<Window>& windows) const;
   const SFTOptions& options() const { return o_; }
 
-  int64_t examples() const { return read_; }      // examples read
+  int64_t examples() const { return read_; }        // examples read
   int64_t truncated() const { return truncated_; }  // examples cut at seq_len + 1 tokens
   int64_t dropped() const { return dropped_; }      // examples with no completion token left after cutting
   int64_t skipped_lines() const { return skipped_lines_; }

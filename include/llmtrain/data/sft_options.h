@@ -9,9 +9,9 @@ namespace llmtrain::data {
 
 /// What an SFTDataset reads.
 struct SFTOptions {
-  std::string path;         // JSONL
-  int64_t seq_len = 1024;   // T
-  bool pack = false;        // several examples per window
+  std::string path;        // JSONL
+  int64_t seq_len = 1024;  // T
+  bool pack = false;       // several examples per window
   bool skip_bad_lines = false;
   std::string prompt_field = "prompt", completion_field = "completion", text_field = "text";
 };

@@ -25,10 +25,10 @@ struct DataParallelOptions {
 
 /// ZeRO-1: a run of one parameter's elements (flattened) that this rank updates.
 struct ShardSlice {
-  size_t param;           // index among the parameters that take part
+  size_t param;  // index among the parameters that take part
   int64_t offset, length;
-  torch::Tensor grad;     // (length): the average over the ranks, after finish()
-  torch::Tensor value;    // (length), the parameter's dtype: what gather_parameters() sends from this rank
+  torch::Tensor grad;   // (length): the average over the ranks, after finish()
+  torch::Tensor value;  // (length), the parameter's dtype: what gather_parameters() sends from this rank
 };
 
 /// A step with accumulation:

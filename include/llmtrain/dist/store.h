@@ -18,9 +18,9 @@ struct Rendezvous {
   int rank = 0, world_size = 1;
   std::string host = "127.0.0.1";
   int port = 29500;
-  bool agent_store = false;         // the store is up already (torchrun's agent): every rank connects
+  bool agent_store = false;                   // the store is up already (torchrun's agent): every rank connects
   std::chrono::milliseconds timeout{600000};  // joining, and each collective's wait for the other ranks
-  std::string key_prefix = "llmtrain/";         // this run's keys (an agent's store outlives a restart)
+  std::string key_prefix = "llmtrain/";       // this run's keys (an agent's store outlives a restart)
 };
 
 /// CPU tensors: float32, float64, int64 and int32 summed as they are, bfloat16 and float16 in float32,

@@ -60,9 +60,8 @@ class Generator {
   /// row that produces one of options.stop_tokens (which is kept). The longest prompt plus
   /// max_new_tokens must fit in the model's block_size + 1 positions (the last token is never fed
   /// back). Returns the new ids of each row. Throws llmtrain::Error for bad prompts or options.
-  std::vector<std::vector<int32_t>> generate(const std::vector<std::vector<int32_t>>& prompts,
-                                             int64_t max_new_tokens, const SamplingOptions& options,
-                                             const OnToken& on_token = nullptr);
+  std::vector<std::vector<int32_t>> generate(const std::vector<std::vector<int32_t>>& prompts, int64_t max_new_tokens,
+                                             const SamplingOptions& options, const OnToken& on_token = nullptr);
 
  private:
   struct Impl;
@@ -73,7 +72,6 @@ class Generator {
 /// `on_token` (optional) sees each new one as it comes.
 ///   auto ids = llmtrain::infer::generate(model, {464, 1578}, 32, options);
 std::vector<int32_t> generate(nn::GPT2& model, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
-                              const SamplingOptions& options,
-                              const std::function<void(int32_t)>& on_token = nullptr);
+                              const SamplingOptions& options, const std::function<void(int32_t)>& on_token = nullptr);
 
 }  // namespace llmtrain::infer

@@ -120,7 +120,7 @@ class GPT2TransformerImpl : public torch::nn::Cloneable<GPT2TransformerImpl> {
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};  // (padded V, C), (block_size, C)
   torch::nn::ModuleList h{nullptr};                 // n_layer Blocks
   torch::nn::LayerNorm ln_f{nullptr};
-  ops::IdCheck ids{"GPT2"};                         // token ids checked on the device (CUDA)
+  ops::IdCheck ids{"GPT2"};  // token ids checked on the device (CUDA)
 };
 TORCH_MODULE(GPT2Transformer);
 

@@ -29,9 +29,9 @@ at::Tensor document_mask(const at::Tensor& positions);
 /// backward). Positions must lie in [0, S): checked on the CPU; on CUDA, where checking would make the
 /// host wait, a row outside gets NaN from the kernel (the caller keeps them in range).
 ///   auto y = llmtrain::ops::decode_attention(qkv, cache_k, cache_v, positions);
-at::Tensor decode_attention(const at::Tensor& qkv,        // (B, 3C)
-                            const at::Tensor& k_cache,    // (B, H, S, D), written at positions
-                            const at::Tensor& v_cache,    // (B, H, S, D), written at positions
+at::Tensor decode_attention(const at::Tensor& qkv,         // (B, 3C)
+                            const at::Tensor& k_cache,     // (B, H, S, D), written at positions
+                            const at::Tensor& v_cache,     // (B, H, S, D), written at positions
                             const at::Tensor& positions);  // (B) int64
 
 }  // namespace llmtrain::ops

@@ -51,16 +51,15 @@ class IdCheck {
 /// x[b, t] = wte[idx[b, t]] + wpe[start[b] + t]: (B, T, C) in the dtype of wte (and wpe), for int64 ids
 /// (B, T); `start` (B) int64 offsets the positions of each row (undefined: 0), as decoding token by
 /// token needs; `start` (B, T) int64 gives every token's position (packed documents: x[b, t] = wte[idx[b,
-/// t]] + wpe[start[b, t]], with a backward, through ATen). Each id must lie in [0, num_ids) (num_ids <= wte's rows: a padded vocabulary's extra
-/// rows are not ids): on the CPU a bad id throws llmtrain::Error at once; on CUDA the kernel gives its
-/// row NaN and `check` reports it (IdCheck::raise). Positions must lie within wpe's rows: checked on
-/// the CPU, a NaN row on CUDA (a device-side assert for (B, T) positions). On CUDA the backward is
-/// deterministic; with (B) `start` there is none (inference: call it under torch::NoGradGuard).
+/// t]] + wpe[start[b, t]], with a backward, through ATen). Each id must lie in [0, num_ids) (num_ids <= wte's rows: a
+/// padded vocabulary's extra rows are not ids): on the CPU a bad id throws llmtrain::Error at once; on CUDA the kernel
+/// gives its row NaN and `check` reports it (IdCheck::raise). Positions must lie within wpe's rows: checked on the CPU,
+/// a NaN row on CUDA (a device-side assert for (B, T) positions). On CUDA the backward is deterministic; with (B)
+/// `start` there is none (inference: call it under torch::NoGradGuard).
 ///   auto x = llmtrain::ops::embedding(idx, wte, wpe, 50257, ids);
-at::Tensor embedding(const at::Tensor& idx,  // (B, T) int64
-                     const at::Tensor& wte,  // (V, C)
-                     const at::Tensor& wpe,  // (>= T, C)
-                     int64_t num_ids, IdCheck& check,
-                     const at::Tensor& start = {});  // (B) or (B, T) int64
+at::Tensor embedding(const at::Tensor& idx,                                           // (B, T) int64
+                     const at::Tensor& wte,                                           // (V, C)
+                     const at::Tensor& wpe,                                           // (>= T, C)
+                     int64_t num_ids, IdCheck& check, const at::Tensor& start = {});  // (B) or (B, T) int64
 
 }  // namespace llmtrain::ops

@@ -13,8 +13,8 @@ namespace llmtrain::ops {
 
 /// gelu(x fc_weight^T + fc_bias) proj_weight^T + proj_bias, GELU with the tanh approximation.
 ///   auto y = llmtrain::ops::mlp(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias);
-at::Tensor mlp(const at::Tensor& x,                                         // (..., C)
-               const at::Tensor& fc_weight, const at::Tensor& fc_bias,      // (H, C), (H)
+at::Tensor mlp(const at::Tensor& x,                                          // (..., C)
+               const at::Tensor& fc_weight, const at::Tensor& fc_bias,       // (H, C), (H)
                const at::Tensor& proj_weight, const at::Tensor& proj_bias);  // (C, H), (C)
 
 }  // namespace llmtrain::ops

@@ -80,10 +80,10 @@ class AutocastScope {
 /// parameters.
 struct ParameterShard {
   struct Slice {
-    size_t param;           // index into the model's trainable parameters
+    size_t param;            // index into the model's trainable parameters
     int64_t offset, length;  // in the flattened parameter
-    torch::Tensor grad;     // (length)
-    torch::Tensor value;    // (length), the parameter's dtype, holding its current values
+    torch::Tensor grad;      // (length)
+    torch::Tensor value;     // (length), the parameter's dtype, holding its current values
   };
   std::vector<Slice> slices;
   std::function<void(torch::Tensor&)> sum_over_ranks;  // in place, a float32 tensor on the parameters' device

@@ -37,9 +37,9 @@ class SentencePiece final : public Tokenizer {
 
 /// What train_sentencepiece builds.
 struct SentencePieceTrainOptions {
-  std::vector<std::string> inputs;   // text files, one sentence or paragraph a line
-  std::string model_prefix;          // writes <prefix>.model and <prefix>.vocab
-  std::string model_type = "bpe";    // "bpe" or "unigram"
+  std::vector<std::string> inputs;  // text files, one sentence or paragraph a line
+  std::string model_prefix;         // writes <prefix>.model and <prefix>.vocab
+  std::string model_type = "bpe";   // "bpe" or "unigram"
   int64_t vocab_size = 8000;
   double character_coverage = 0.9995;
   bool byte_fallback = true;         // unknown characters become byte pieces, never <unk>

@@ -18,16 +18,17 @@ struct ModelConfig {
   std::string preset = "tiny";  // a GPT2Config preset; the fields below override it when set (> 0)
   int64_t n_layer = 0, n_head = 0, n_embd = 0, block_size = 0, vocab_size = 0;
   double dropout = 0.0;
-  std::string init_from;  // weights that start the run (fine-tuning): a checkpoint, run out_dir, Hugging Face folder or llm.c .bin
+  std::string init_from;  // weights that start the run (fine-tuning): a checkpoint, run out_dir, Hugging Face folder or
+                          // llm.c .bin
   nn::GPT2Config gpt2() const;
 };
 
 struct DataConfig {
-  std::string train;             // shard glob, or an SFT JSONL file
-  std::string val;               // the same kind as train; empty: evaluate on train
-  std::string format = "auto";   // shards | sft | auto (sft for *.jsonl)
-  bool pack = false;             // sft: several examples per window (each attends only to itself; laid anew each epoch)
-  bool shuffle = true;           // train batches in a seeded order each epoch; false: file order
+  std::string train;            // shard glob, or an SFT JSONL file
+  std::string val;              // the same kind as train; empty: evaluate on train
+  std::string format = "auto";  // shards | sft | auto (sft for *.jsonl)
+  bool pack = false;            // sft: several examples per window (each attends only to itself; laid anew each epoch)
+  bool shuffle = true;          // train batches in a seeded order each epoch; false: file order
   std::string shuffle_unit = "window";  // shards: window | batch (whole batches of the text, llm.c's order)
 };
 
@@ -39,34 +40,34 @@ struct TokenizerConfig {
 };
 
 struct TrainConfig {
-  int64_t batch_size = 8;           // per rank
-  int64_t seq_len = 128;          // at most the model's block_size
-  int64_t total_batch_tokens = 0;   // tokens per optimizer step over all ranks; 0: batch_size * seq_len * ranks
+  int64_t batch_size = 8;          // per rank
+  int64_t seq_len = 128;           // at most the model's block_size
+  int64_t total_batch_tokens = 0;  // tokens per optimizer step over all ranks; 0: batch_size * seq_len * ranks
   int64_t max_steps = 100;
   double lr = 6e-4;
   double min_lr_frac = 0.1;
   int64_t warmup_steps = 0;
   std::string schedule = "cosine";  // constant | cosine | linear | wsd
   double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, grad_clip = 1.0;
-  std::string precision = "fp32";   // fp32 | bf16 | fp16 | bf16-master
-  std::string rounding = "stochastic";  // bf16-master's bf16 copies: stochastic | nearest
-  double loss_scale = 65536;        // fp16: the first loss scale
+  std::string precision = "fp32";             // fp32 | bf16 | fp16 | bf16-master
+  std::string rounding = "stochastic";        // bf16-master's bf16 copies: stochastic | nearest
+  double loss_scale = 65536;                  // fp16: the first loss scale
   int64_t loss_scale_growth_interval = 2000;  // fp16: steps without overflow before the scale doubles
   uint64_t seed = 1337;
-  bool cuda_graph = true;           // CUDA, not fp16, one rank: each micro-step's forward and backward replayed as a graph
-  int64_t bucket_mb = 25;           // several ranks: the gradients (MiB) one all-reduce carries
-  bool zero = false;                // ZeRO-1: optimizer state sharded over the ranks (needs a communicator)
-  bool quiet = false;               // no progress line, samples or messages (metrics.jsonl is still written)
+  bool cuda_graph = true;  // CUDA, not fp16, one rank: each micro-step's forward and backward replayed as a graph
+  int64_t bucket_mb = 25;  // several ranks: the gradients (MiB) one all-reduce carries
+  bool zero = false;       // ZeRO-1: optimizer state sharded over the ranks (needs a communicator)
+  bool quiet = false;      // no progress line, samples or messages (metrics.jsonl is still written)
 };
 
 struct EvalConfig {
-  int64_t every = 0;    // steps; 0: only at the end
+  int64_t every = 0;  // steps; 0: only at the end
   int64_t batches = 20;
 };
 
 struct CheckpointConfig {
-  int64_t every = 0;    // steps; 0: off
-  int64_t keep = 2;     // newest checkpoints kept
+  int64_t every = 0;  // steps; 0: off
+  int64_t keep = 2;   // newest checkpoints kept
 };
 
 struct SampleConfig {
@@ -74,7 +75,7 @@ struct SampleConfig {
   int64_t tokens = 64;  // most new tokens (a sample ends early at end-of-text)
   std::string prompt;   // empty: start a fresh document (end-of-text)
   double temperature = 0.8;
-  int64_t top_k = 40;   // 0: all tokens
+  int64_t top_k = 40;  // 0: all tokens
 };
 
 /// The whole configuration.

@@ -14,7 +14,7 @@ namespace llmtrain::train {
 struct StepRecord {
   int64_t step = 0;  // steps done after this one
   double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0, elapsed_s = 0;
-  double mfu = 0;  // model FLOPs utilization on a GPU of known peak; 0 elsewhere
+  double mfu = 0;         // model FLOPs utilization on a GPU of known peak; 0 elsewhere
   double loss_scale = 1;  // fp16: the loss scale after this step (halved when it was skipped); else 1
   bool skipped = false;
 };

@@ -49,7 +49,8 @@ TrainerConfig load_checkpoint_config(const std::string& path);
 /// The configuration of a fine-tuning run: the JSON file `config_path` (data, tokenizer, train, eval,
 /// ... of the new run) with the model of `from`, a checkpoint or a Hugging Face folder (its shape; the
 /// file may set only model.dropout) and model.init_from = `from`; the tokenizer section is the
-/// checkpoint's (GPT-2's for a Hugging Face folder) unless the file has one; then `overrides`. Throws llmtrain::Error naming the file or key at fault.
+/// checkpoint's (GPT-2's for a Hugging Face folder) unless the file has one; then `overrides`. Throws llmtrain::Error
+/// naming the file or key at fault.
 ///   auto cfg = llmtrain::train::finetune_config("runs/base", "examples/configs/finetune_sft.json", {});
 TrainerConfig finetune_config(const std::string& from, const std::string& config_path,
                               const std::vector<std::string>& overrides = {});
