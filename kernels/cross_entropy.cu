@@ -172,12 +172,9 @@ cudaError_t launch_cross_entropy_fwd(const void* logits, DType dtype, int64_t N,
                                      cudaStream_t stream) {
   if (N == 0) return cudaSuccess;
   switch (dtype) {
-    case DType::kFloat32:
-      return fwd<float>(logits, N, V, cols, ld, targets, ignore_index, loss, lse, stream);
-    case DType::kBFloat16:
-      return fwd<__nv_bfloat16>(logits, N, V, cols, ld, targets, ignore_index, loss, lse, stream);
-    case DType::kFloat16:
-      return fwd<__half>(logits, N, V, cols, ld, targets, ignore_index, loss, lse, stream);
+    case DType::kFloat32: return fwd<float>(logits, N, V, cols, ld, targets, ignore_index, loss, lse, stream);
+    case DType::kBFloat16: return fwd<__nv_bfloat16>(logits, N, V, cols, ld, targets, ignore_index, loss, lse, stream);
+    case DType::kFloat16: return fwd<__half>(logits, N, V, cols, ld, targets, ignore_index, loss, lse, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -187,8 +184,7 @@ cudaError_t launch_cross_entropy_bwd(const void* logits, DType dtype, int64_t N,
                                      void* dlogits, cudaStream_t stream) {
   if (N == 0) return cudaSuccess;
   switch (dtype) {
-    case DType::kFloat32:
-      return bwd<float>(logits, N, V, cols, ld, targets, ignore_index, lse, scale, dlogits, stream);
+    case DType::kFloat32: return bwd<float>(logits, N, V, cols, ld, targets, ignore_index, lse, scale, dlogits, stream);
     case DType::kBFloat16:
       return bwd<__nv_bfloat16>(logits, N, V, cols, ld, targets, ignore_index, lse, scale, dlogits, stream);
     case DType::kFloat16:

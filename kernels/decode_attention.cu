@@ -159,18 +159,10 @@ cudaError_t launch_decode_attention(const void* qkv, int64_t qkv_stride, void* k
                                   static_cast<E*>(out));
     };
     switch (D / pack_elements(dtype)) {
-      case 4:
-        go(decode_attention_kernel<E, 4>);
-        break;
-      case 8:
-        go(decode_attention_kernel<E, 8>);
-        break;
-      case 16:
-        go(decode_attention_kernel<E, 16>);
-        break;
-      default:
-        go(decode_attention_kernel<E, 32>);
-        break;
+      case 4: go(decode_attention_kernel<E, 4>); break;
+      case 8: go(decode_attention_kernel<E, 8>); break;
+      case 16: go(decode_attention_kernel<E, 16>); break;
+      default: go(decode_attention_kernel<E, 32>); break;
     }
   });
   return launched != cudaSuccess ? launched : cudaGetLastError();

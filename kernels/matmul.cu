@@ -19,28 +19,20 @@ namespace {
 
 cudaDataType_t cuda_type(DType t) {
   switch (t) {
-    case DType::kFloat32:
-      return CUDA_R_32F;
-    case DType::kBFloat16:
-      return CUDA_R_16BF;
-    case DType::kFloat16:
-      return CUDA_R_16F;
+    case DType::kFloat32: return CUDA_R_32F;
+    case DType::kBFloat16: return CUDA_R_16BF;
+    case DType::kFloat16: return CUDA_R_16F;
   }
   return CUDA_R_32F;
 }
 
 cublasLtEpilogue_t lt_epilogue(Epilogue e) {
   switch (e) {
-    case Epilogue::kNone:
-      return CUBLASLT_EPILOGUE_DEFAULT;
-    case Epilogue::kBias:
-      return CUBLASLT_EPILOGUE_BIAS;
-    case Epilogue::kGeluAuxBias:
-      return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-    case Epilogue::kDGeluBGrad:
-      return CUBLASLT_EPILOGUE_DGELU_BGRAD;
-    case Epilogue::kBGradB:
-      return CUBLASLT_EPILOGUE_BGRADB;
+    case Epilogue::kNone: return CUBLASLT_EPILOGUE_DEFAULT;
+    case Epilogue::kBias: return CUBLASLT_EPILOGUE_BIAS;
+    case Epilogue::kGeluAuxBias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case Epilogue::kDGeluBGrad: return CUBLASLT_EPILOGUE_DGELU_BGRAD;
+    case Epilogue::kBGradB: return CUBLASLT_EPILOGUE_BGRADB;
   }
   return CUBLASLT_EPILOGUE_DEFAULT;
 }

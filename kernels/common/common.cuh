@@ -77,15 +77,9 @@ __host__ __device__ inline bool rows_aligned(const void* p, int64_t ld) {
 template <typename F>
 inline void with_element_type(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::kFloat32:
-      f(static_cast<float*>(nullptr));
-      break;
-    case DType::kBFloat16:
-      f(static_cast<__nv_bfloat16*>(nullptr));
-      break;
-    case DType::kFloat16:
-      f(static_cast<__half*>(nullptr));
-      break;
+    case DType::kFloat32: f(static_cast<float*>(nullptr)); break;
+    case DType::kBFloat16: f(static_cast<__nv_bfloat16*>(nullptr)); break;
+    case DType::kFloat16: f(static_cast<__half*>(nullptr)); break;
   }
 }
 

@@ -34,17 +34,12 @@ std::pair<MPI_Datatype, torch::Tensor> wire(const torch::Tensor& t, const char* 
   LLMTRAIN_CHECK(t.device().is_cpu(), "MpiCommunicator::", what, ": the tensor is on ", t.device(),
                  "; MPI takes CPU tensors (NCCL takes CUDA ones)");
   switch (t.scalar_type()) {
-    case torch::kFloat:
-      return {MPI_FLOAT, t.contiguous()};
-    case torch::kDouble:
-      return {MPI_DOUBLE, t.contiguous()};
-    case torch::kLong:
-      return {MPI_INT64_T, t.contiguous()};
+    case torch::kFloat: return {MPI_FLOAT, t.contiguous()};
+    case torch::kDouble: return {MPI_DOUBLE, t.contiguous()};
+    case torch::kLong: return {MPI_INT64_T, t.contiguous()};
     case torch::kBFloat16:
-    case torch::kHalf:
-      return {MPI_FLOAT, t.to(torch::kFloat)};
-    default:
-      LLMTRAIN_CHECK(false, "MpiCommunicator::", what, ": no MPI type for ", t.scalar_type());
+    case torch::kHalf: return {MPI_FLOAT, t.to(torch::kFloat)};
+    default: LLMTRAIN_CHECK(false, "MpiCommunicator::", what, ": no MPI type for ", t.scalar_type());
   }
   return {};
 }

@@ -72,22 +72,14 @@ void check_nccl(ncclResult_t r, const char* what) {
 
 ncclDataType_t nccl_type(const torch::Tensor& t, const char* what) {
   switch (t.scalar_type()) {
-    case torch::kFloat:
-      return ncclFloat32;
-    case torch::kDouble:
-      return ncclFloat64;
-    case torch::kBFloat16:
-      return ncclBfloat16;
-    case torch::kHalf:
-      return ncclFloat16;
-    case torch::kLong:
-      return ncclInt64;
-    case torch::kInt:
-      return ncclInt32;
-    case torch::kByte:
-      return ncclUint8;
-    default:
-      LLMTRAIN_CHECK(false, "NcclCommunicator::", what, ": no NCCL type for ", t.scalar_type());
+    case torch::kFloat: return ncclFloat32;
+    case torch::kDouble: return ncclFloat64;
+    case torch::kBFloat16: return ncclBfloat16;
+    case torch::kHalf: return ncclFloat16;
+    case torch::kLong: return ncclInt64;
+    case torch::kInt: return ncclInt32;
+    case torch::kByte: return ncclUint8;
+    default: LLMTRAIN_CHECK(false, "NcclCommunicator::", what, ": no NCCL type for ", t.scalar_type());
   }
   return ncclFloat32;
 }

@@ -49,13 +49,10 @@ torch::ScalarType sum_type(const torch::Tensor& t, const char* what) {
     case torch::kFloat:
     case torch::kDouble:
     case torch::kLong:
-    case torch::kInt:
-      return t.scalar_type();
+    case torch::kInt: return t.scalar_type();
     case torch::kBFloat16:
-    case torch::kHalf:
-      return torch::kFloat;
-    default:
-      LLMTRAIN_CHECK(false, "StoreCommunicator::", what, ": cannot sum ", t.scalar_type());
+    case torch::kHalf: return torch::kFloat;
+    default: LLMTRAIN_CHECK(false, "StoreCommunicator::", what, ": cannot sum ", t.scalar_type());
   }
   return torch::kFloat;
 }

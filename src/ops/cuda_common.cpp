@@ -9,14 +9,10 @@ namespace llmtrain::ops::cuda {
 
 kernels::DType kernel_dtype(const at::Tensor& t, const char* what) {
   switch (t.scalar_type()) {
-    case at::kFloat:
-      return kernels::DType::kFloat32;
-    case at::kBFloat16:
-      return kernels::DType::kBFloat16;
-    case at::kHalf:
-      return kernels::DType::kFloat16;
-    default:
-      LLMTRAIN_CHECK(false, what, " of ", t.scalar_type(), " have no CUDA kernel");
+    case at::kFloat: return kernels::DType::kFloat32;
+    case at::kBFloat16: return kernels::DType::kBFloat16;
+    case at::kHalf: return kernels::DType::kFloat16;
+    default: LLMTRAIN_CHECK(false, what, " of ", t.scalar_type(), " have no CUDA kernel");
   }
   return kernels::DType::kFloat32;
 }

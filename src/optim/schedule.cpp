@@ -41,12 +41,9 @@ double LRSchedule::at(int64_t step) const {
     return from >= max_steps ? 1.0 : std::clamp(double(step - from) / double(max_steps - from), 0.0, 1.0);
   };
   switch (kind) {
-    case ScheduleKind::kConstant:
-      return lr;
-    case ScheduleKind::kCosine:
-      return min_lr + 0.5 * (1.0 + std::cos(M_PI * progress(warmup_steps))) * (lr - min_lr);
-    case ScheduleKind::kLinear:
-      return lr - (lr - min_lr) * progress(warmup_steps);
+    case ScheduleKind::kConstant: return lr;
+    case ScheduleKind::kCosine: return min_lr + 0.5 * (1.0 + std::cos(M_PI * progress(warmup_steps))) * (lr - min_lr);
+    case ScheduleKind::kLinear: return lr - (lr - min_lr) * progress(warmup_steps);
     case ScheduleKind::kWSD: {
       const int64_t decay_start = std::max(warmup_steps, max_steps - int64_t(std::llround(decay_frac * max_steps)));
       return step < decay_start ? lr : lr - (lr - min_lr) * progress(decay_start);

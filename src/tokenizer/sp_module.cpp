@@ -91,8 +91,7 @@ bool each_bytes_field(const unsigned char* p, const unsigned char* end, F&& f) {
         f(key >> 3, std::string_view(reinterpret_cast<const char*>(p), size_t(v)));
         p += v;
         break;
-      default:
-        return false;
+      default: return false;
     }
   }
   return true;

@@ -10,12 +10,16 @@
 #include "llmtrain/core/error.h"
 
 namespace llmtrain::train {
+namespace {
 
+// The folder of a checkpoint's step: "step_00000042".
 std::string checkpoint_name(int64_t step) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "step_%08lld", static_cast<long long>(step));
   return buf;
 }
+
+}  // namespace
 
 Checkpointer::Checkpointer(std::string run_dir, int64_t keep, std::shared_ptr<dist::Communicator> comm)
     : dir_(std::move(run_dir) + "/checkpoints"), keep_(keep), comm_(std::move(comm)) {}

@@ -199,7 +199,6 @@ struct Trainer::Impl {
   std::unique_ptr<data::SFTDataset> sft_train, sft_val;  // read by the loaders below (SFT runs)
   std::unique_ptr<data::BatchSource> train, val;
   int64_t accum = 1;
-  double peak_flops = 0;  // of the device, for MFU; 0: unknown
   int64_t step = 0;
   std::unique_ptr<detail::TrainStep> stepper;
   std::unique_ptr<Checkpointer> ckpt;
@@ -451,7 +450,7 @@ Trainer::Trainer(TrainerConfig config, std::shared_ptr<dist::Communicator> comm)
   }
 
   check_memory(c, d.device, d.world);
-  d.peak_flops = peak_flops(d.device);
+  const double peak = peak_flops(d.device);  // before anything is allocated: it checks LLMTRAIN_PEAK_TFLOPS
   torch::manual_seed(c.train.seed);
   d.model = nn::GPT2(c.model.gpt2());
   if (!c.model.init_from.empty()) d.load_initial_weights(c.model.init_from);
@@ -473,9 +472,9 @@ Trainer::Trainer(TrainerConfig config, std::shared_ptr<dist::Communicator> comm)
   lo.write = d.rank == 0;
   lo.print = d.rank == 0 && !c.train.quiet;
   lo.max_steps = c.train.max_steps;
-  lo.step_tokens = d.accum * c.train.batch_size * c.train.seq_len * d.world;
+  lo.step_tokens = total;
   lo.flops_per_token = d.model->flops_per_token(c.train.seq_len);
-  lo.peak_flops = d.peak_flops * d.world;
+  lo.peak_flops = peak * d.world;
   lo.loss_scale = d.opt->options().precision == optim::Precision::kFP16;
   lo.eval_every = c.eval.every;
   lo.sample_every = c.sample.every;

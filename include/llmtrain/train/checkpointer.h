@@ -60,9 +60,6 @@ class Checkpointer {
   int64_t saved_step_ = -1;
 };
 
-/// The folder of a checkpoint's step: "step_00000042".
-std::string checkpoint_name(int64_t step);
-
 /// The checkpoint folder `path` names: itself (it holds state.json), or a run folder's newest complete
 /// checkpoint. Throws llmtrain::Error when it is neither.
 std::string checkpoint_dir(const std::string& path);
