@@ -4,9 +4,10 @@
 # training step, and the GPT-2 124M reference run of ../shared/ENVIRONMENT.md. Each part writes its log
 # into LOGDIR and a line to LOGDIR/summary.txt.
 #   scripts/gpu_check.sh [LOGDIR] [PART...]   PART: build tests kernels train generate profile converge
-#                                             seeds hfgen sanitize flaky (default all but seeds, hfgen,
-#                                             sanitize and flaky)
-# BENCH_TRAIN_ARGS adds arguments to bench_train (e.g. "--without layer_norm --with mlp"). `seeds` runs the
+#                                             dist seeds hfgen sanitize flaky (default all but dist, seeds,
+#                                             hfgen, sanitize and flaky)
+# BENCH_TRAIN_ARGS adds arguments to bench_train (e.g. "--without layer_norm --with mlp"). `dist` runs
+# bench_dist over DIST_RANKS ranks (default 2; NCCL is measured where there is a GPU for each). `seeds` runs the
 # reference once for each seed in CONVERGE_SEEDS (default "1337 1 2 3 4 5"), without checkpoints, and says
 # each one's last val loss: how far the seed alone moves it. `sanitize` runs every *_CUDA test under
 # compute-sanitizer's memcheck, racecheck, synccheck and initcheck at once (llmtrain's kernels
@@ -43,6 +44,7 @@ for part in $parts; do
     kernels) timed kernels build/bin/bench_kernels --iters 20; tail -12 "$log/kernels.log" ;;
     train) timed train build/bin/bench_train --steps 15 --warmup 3 ${BENCH_TRAIN_ARGS:-}; tail -12 "$log/train.log" ;;
     generate) timed generate build/bin/bench_generate --sample; tail -16 "$log/generate.log" ;;
+    dist) timed dist build/bin/bench_dist --ranks "${DIST_RANKS:-2}"; tail -16 "$log/dist.log" | cut -c1-120 ;;
     hfgen)
       prompt="[3666, 5891, 4841]"  # "My fellow Americans"
       rm -rf runs/sotu_hf

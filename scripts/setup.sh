@@ -35,6 +35,7 @@ have_header sentencepiece_processor.h || missing+=(libsentencepiece-dev)
 have_header gtest/gtest.h || missing+=(libgtest-dev libgmock-dev)
 have_header benchmark/benchmark.h || missing+=(libbenchmark-dev)
 have_header CLI/CLI.hpp || missing+=(libcli11-dev)
+have_header gloo/context.h || missing+=(libgloo-dev)  # headers for LibTorch's Gloo process group
 # clang with libFuzzer and the sanitizers builds the parsers' fuzz targets (tests/fuzz); without it they are skipped.
 printf 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }\n' |
   clang++ -fsanitize=fuzzer,address,undefined -x c++ - -o /dev/null >/dev/null 2>&1 || missing+=(clang libclang-rt-14-dev)
@@ -79,11 +80,14 @@ torch_ok "$py" || { say "error: no torch 2.x with CUDA in $py"; exit 1; }
 say "python: $py (torch $("$py" -c 'import torch; print(torch.__version__)'))"
 
 # ---- Configure and build -----------------------------------------------------------------------
-# The GPU machine has PCRE2's library but not its header and cannot install it: a copy unpacked by
-# scripts/unpack_deps.sh into .deps/ (carried there with the tree) stands in.
+# The GPU machine has PCRE2's library but not its header, nor Gloo's headers, and cannot install them:
+# copies unpacked by scripts/unpack_deps.sh into .deps/ (carried there with the tree) stand in.
 extra=()
 if ! have_header pcre2.h -DPCRE2_CODE_UNIT_WIDTH=8 && [ -f "$root/.deps/pcre2/usr/include/pcre2.h" ]; then
   extra+=(-DPCRE2_ROOT="$root/.deps/pcre2/usr")
+fi
+if ! have_header gloo/context.h && [ -f "$root/.deps/gloo/usr/include/gloo/context.h" ]; then
+  extra+=(-DGLOO_ROOT="$root/.deps/gloo/usr")
 fi
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)

@@ -2,6 +2,10 @@
 // with PMI), then torchrun's.
 #include "llmtrain/dist/launch.h"
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
@@ -10,8 +14,8 @@
 
 #include "env.h"
 #include "llmtrain/core/error.h"
+#include "llmtrain/dist/gloo.h"
 #include "llmtrain/dist/mpi.h"
-#include "llmtrain/dist/store.h"
 
 namespace llmtrain::dist {
 namespace {
@@ -28,6 +32,19 @@ const char* env_required(const char* name, long world) {
 }
 
 }  // namespace
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  const bool ok = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  if (fd >= 0) ::close(fd);
+  LLMTRAIN_CHECK(ok, "found no free TCP port on 127.0.0.1");
+  return ntohs(a.sin_port);
+}
 
 int local_rank() {
   for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "LOCAL_RANK", "SLURM_LOCALID"})
@@ -47,7 +64,7 @@ std::shared_ptr<Communicator> from_environment() {
   const long world = env_long("WORLD_SIZE", 1, 1, kMaxRanks);  // 0 or less: a broken launch, not one process
   if (world <= 1) return nullptr;
   static std::mutex mutex;
-  static std::shared_ptr<StoreCommunicator> made;  // one rendezvous a process
+  static std::shared_ptr<GlooCommunicator> made;  // one rendezvous a process
   std::lock_guard<std::mutex> lock(mutex);
   if (made) return made;
   Rendezvous where;
@@ -61,7 +78,7 @@ std::shared_ptr<Communicator> from_environment() {
   where.agent_store = agent && std::string(agent) == "True";
   where.key_prefix = "llmtrain/" + std::to_string(env_long("TORCHELASTIC_RESTART_COUNT", 0, 0, LONG_MAX)) + "/";
   where.timeout = timeout();
-  made = StoreCommunicator::connect(where);
+  made = GlooCommunicator::connect(where);
   return made;
 }
 

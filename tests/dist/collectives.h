@@ -1,4 +1,4 @@
-// What every Communicator must compute over two ranks, for the MPI and store tests alike: sums of
+// What every Communicator must compute over two ranks, for the MPI and Gloo tests alike: sums of
 // every dtype (16-bit floats too), a strided tensor, a broadcast, means, reduce-scatter and
 // all-gather, and the argument errors. Every rank calls it, in the same order.
 #pragma once

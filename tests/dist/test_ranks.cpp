@@ -1,5 +1,5 @@
 // Two CPU ranks of a launch, through dist::from_environment() (ctest starts this binary under mpirun,
-// and under torchrun, whose ranks meet through the store): the collectives' results,
+// and under torchrun, whose ranks meet through the store and reduce with Gloo): the collectives' results,
 // dist::DataParallel's buckets and averages, the Trainer on two ranks with half a batch each against
 // one process with two accumulation steps (plain and ZeRO-1), and configurations that differ. Every
 // rank runs every test, making the same collective calls in order. RanksKilledRank runs only under
@@ -19,7 +19,7 @@
 #include "test_util.h"
 #include "train/run_folder.h"
 
-// The launch's own communicator: MPI under mpirun, the store under torchrun.
+// The launch's own communicator: MPI under mpirun, Gloo under torchrun.
 std::shared_ptr<llmtrain::dist::Communicator> world() {
   const auto comm = llmtrain::dist::from_environment();
   if (!comm) ADD_FAILURE() << "run under mpirun -np 2 or torchrun --nproc-per-node 2";

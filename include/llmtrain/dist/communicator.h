@@ -2,8 +2,8 @@
 // gathered forms, and a broadcast from one. The Trainer takes one (or none, for a single process) and
 // uses it, through dist::DataParallel, to start every rank from rank 0's weights and to average the
 // gradients of a step, and itself to average the logged and evaluated losses and to agree on
-// stopping. Implementations: MPI (CPU tensors, dist/mpi.h), the store of a torchrun-style launch (CPU
-// tensors, dist/store.h) and NCCL (CUDA tensors, dist/nccl.h).
+// stopping. Implementations: MPI (CPU tensors, dist/mpi.h), Gloo for a torchrun-style launch (CPU
+// tensors, dist/gloo.h) and NCCL (CUDA tensors, dist/nccl.h).
 #pragma once
 
 #include <torch/types.h>
