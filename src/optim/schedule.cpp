@@ -8,23 +8,9 @@
 
 namespace llmtrain::optim {
 
-Precision parse_precision(const std::string& name) {
-  if (name == "fp32") return Precision::kFP32;
-  if (name == "bf16") return Precision::kBF16;
-  if (name == "fp16") return Precision::kFP16;
-  if (name == "bf16-master") return Precision::kBF16Master;
-  LLMTRAIN_CHECK(false, "precision \"", name, "\" is not one of fp32, bf16, fp16, bf16-master");
-  return Precision::kFP32;
-}
+Precision parse_precision(const std::string& name) { return Choice<Precision>::parse(name, "precision"); }
 
-ScheduleKind parse_schedule(const std::string& name) {
-  if (name == "constant") return ScheduleKind::kConstant;
-  if (name == "cosine") return ScheduleKind::kCosine;
-  if (name == "linear") return ScheduleKind::kLinear;
-  if (name == "wsd") return ScheduleKind::kWSD;
-  LLMTRAIN_CHECK(false, "schedule \"", name, "\" is not one of constant, cosine, linear, wsd");
-  return ScheduleKind::kConstant;
-}
+ScheduleKind parse_schedule(const std::string& name) { return Choice<ScheduleKind>::parse(name, "schedule"); }
 
 void LRSchedule::validate() const {
   LLMTRAIN_CHECK(lr > 0, "schedule: lr must be positive, got ", lr);

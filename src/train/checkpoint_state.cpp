@@ -27,7 +27,7 @@ std::string CheckpointState::to_json() const {
                 {"n_layer", model.n_layer()},
                 {"n_head", model.n_head()},
                 {"n_embd", model.n_embd()}}},
-              {"precision", precision},
+              {"precision", precision.name()},
               {"config", json::parse(config, "the run's config")}};
   if (model_only) {
     doc["model_only"] = true;
@@ -60,9 +60,8 @@ CheckpointState CheckpointState::parse(const std::string& text, const std::strin
   } catch (const llmtrain::Error& e) {
     LLMTRAIN_CHECK(false, source, ": model: ", e.what());
   }
-  s.precision = o.string("precision");
   try {
-    optim::parse_precision(s.precision);
+    s.precision = optim::parse_precision(o.string("precision"));
   } catch (const llmtrain::Error& e) {
     LLMTRAIN_CHECK(false, source, ": ", e.what());
   }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "llmtrain/nn/gpt2_config.h"
+#include "llmtrain/optim/options.h"
 
 namespace llmtrain::train::detail {
 
@@ -15,9 +16,9 @@ struct CheckpointState {
   double elapsed_s = 0;
   bool model_only = false;  // a converted model (convert_checkpoint, save_model_checkpoint): nothing to resume
   nn::GPT2Config model;     // its shape (dropout and eps are the config's)
-  std::string precision;    // train.precision of the run
-  int64_t zero_ranks = 0;   // ranks the optimizer state is sharded over (ZeRO-1), 0: unsharded
-  double loss_scale = 1;    // fp16's GradScaler
+  Choice<optim::Precision> precision = optim::Precision::kFP32;  // train.precision of the run
+  int64_t zero_ranks = 0;  // ranks the optimizer state is sharded over (ZeRO-1), 0: unsharded
+  double loss_scale = 1;   // fp16's GradScaler
   int64_t good_steps = 0;
   int64_t epoch = 0, shard = 0, position = 0;  // the train loader's place
   std::string config;                          // the run's TrainerConfig, as JSON text

@@ -16,7 +16,25 @@ namespace llmtrain::train {
 namespace {
 
 using Json = json::Json;
-using FieldPtr = std::variant<int64_t*, uint64_t*, double*, bool*, std::string*>;
+// A key whose value is one of a few words, held as a Choice of some enum.
+struct ChoiceField {
+  std::function<bool(const std::string&)> set;  // false: the word names no value
+  std::function<std::string()> get;
+  std::string words;  // "a, b or c"
+};
+
+template <typename E>
+ChoiceField choice(Choice<E>* c) {
+  return {[c](const std::string& word) {
+            E value{};
+            if (!Choice<E>::find(word, &value)) return false;
+            *c = value;
+            return true;
+          },
+          [c] { return std::string(c->name()); }, Choice<E>::names()};
+}
+
+using FieldPtr = std::variant<int64_t*, uint64_t*, double*, bool*, std::string*, ChoiceField>;
 
 struct Field {
   std::string key;  // "train.lr", or "out_dir" at the top
@@ -40,12 +58,12 @@ std::vector<Field> fields(TrainerConfig& c) {
        "a Hugging Face folder or an llm.c .bin; empty: random initialisation"},
       {"data.train", &c.data.train, "training data: a glob of token shards (prepare_data) or an SFT .jsonl file"},
       {"data.val", &c.data.val, "validation data of the same kind; empty: evaluate on the training data"},
-      {"data.format", &c.data.format, "shards, sft, or auto (sft for names ending in .jsonl)"},
+      {"data.format", choice(&c.data.format), "shards, sft, or auto (sft for names ending in .jsonl)"},
       {"data.pack", &c.data.pack,
        "sft: several examples per window, each attending only to itself, packed anew "
        "each epoch"},
       {"data.shuffle", &c.data.shuffle, "train on a seeded order each epoch; false: file order"},
-      {"data.shuffle_unit", &c.data.shuffle_unit,
+      {"data.shuffle_unit", choice(&c.data.shuffle_unit),
        "shards: window (each window) or batch (whole batches of the text, "
        "llm.c's order)"},
       {"tokenizer.kind", &c.tokenizer.kind, "gpt2, sentencepiece, or empty (none: no SFT and no samples)"},
@@ -65,15 +83,15 @@ std::vector<Field> fields(TrainerConfig& c) {
       {"train.lr", &c.train.lr, "peak learning rate"},
       {"train.min_lr_frac", &c.train.min_lr_frac, "the learning rate at the end, as a fraction of lr"},
       {"train.warmup_steps", &c.train.warmup_steps, "steps of linear warm-up from 0 to lr"},
-      {"train.schedule", &c.train.schedule, "constant, cosine, linear or wsd (warm-up, stable, decay)"},
+      {"train.schedule", choice(&c.train.schedule), "constant, cosine, linear or wsd (warm-up, stable, decay)"},
       {"train.weight_decay", &c.train.weight_decay, "AdamW's decoupled weight decay (matrices only)"},
       {"train.beta1", &c.train.beta1, "AdamW's first-moment decay"},
       {"train.beta2", &c.train.beta2, "AdamW's second-moment decay"},
       {"train.grad_clip", &c.train.grad_clip, "largest global gradient norm (0: no clipping)"},
-      {"train.precision", &c.train.precision,
+      {"train.precision", choice(&c.train.precision),
        "fp32, bf16, fp16 (with loss scaling) or bf16-master (bf16 weights, "
        "fp32 masters)"},
-      {"train.rounding", &c.train.rounding, "bf16-master's bf16 copies: stochastic or nearest"},
+      {"train.rounding", choice(&c.train.rounding), "bf16-master's bf16 copies: stochastic or nearest"},
       {"train.loss_scale", &c.train.loss_scale, "fp16: the first loss scale (halved at each overflow)"},
       {"train.loss_scale_growth_interval", &c.train.loss_scale_growth_interval,
        "fp16: steps without overflow after which the loss scale doubles"},
@@ -92,8 +110,15 @@ std::vector<Field> fields(TrainerConfig& c) {
       {"sample.temperature", &c.sample.temperature, "sampling temperature (0: greedy)"},
       {"sample.top_k", &c.sample.top_k, "sample among the k most likely tokens (0: all)"},
       {"out_dir", &c.out_dir, "the run folder: config.json, metrics.jsonl, loss.svg, tokenizer/, checkpoints/"},
-      {"device", &c.device, "auto (a GPU when there is one), cpu or cuda"},
+      {"device", choice(&c.device), "auto (a GPU when there is one), cpu or cuda"},
   };
+}
+
+// A field's value as JSON (a choice as its word).
+template <typename P>
+Json value_of(const P& p) {
+  if constexpr (std::is_same_v<P, ChoiceField>) return p.get();
+  else return *p;
 }
 
 // The JSON node at "a.b" inside `doc`, created when `create`.
@@ -114,10 +139,15 @@ void assign(const Field& f, const Json& v, const std::string& source) {
   const auto wrong = [&](const char* expected) {
     LLMTRAIN_CHECK(false, source, ": ", f.key, " must be ", expected, ", got ", json::excerpt(v));
   };
+  const size_t dot = f.key.rfind('.');
+  const std::string leaf = f.key.substr(dot == std::string::npos ? 0 : dot + 1);
   std::visit(
-      [&](auto* p) {
-        using T = std::remove_pointer_t<decltype(p)>;
-        if constexpr (std::is_same_v<T, std::string>) {
+      [&](auto& p) {
+        using T = std::remove_pointer_t<std::decay_t<decltype(p)>>;
+        if constexpr (std::is_same_v<T, ChoiceField>) {
+          LLMTRAIN_CHECK(v.is_string() && p.set(v.get<std::string>()), source, ": ", f.key, " must be ", p.words, ": ",
+                         leaf, " ", json::excerpt(v), " is none of them");
+        } else if constexpr (std::is_same_v<T, std::string>) {
           if (!v.is_string()) wrong("a string");
           *p = v.get<std::string>();
         } else if constexpr (std::is_same_v<T, bool>) {
@@ -158,18 +188,10 @@ void validate(const TrainerConfig& c, const std::function<std::string(const std:
   at_least("sample.top_k", c.sample.top_k, 0);
   LLMTRAIN_CHECK(c.sample.temperature >= 0, from("sample.temperature"), ": sample.temperature must be >= 0, got ",
                  c.sample.temperature);
-  LLMTRAIN_CHECK(c.device == "auto" || c.device == "cpu" || c.device == "cuda", from("device"),
-                 ": device must be auto, cpu or cuda, got \"", c.device, "\"");
   LLMTRAIN_CHECK(!c.out_dir.empty(), from("out_dir"), ": out_dir is empty");
-  LLMTRAIN_CHECK(c.data.format == "auto" || c.data.format == "shards" || c.data.format == "sft", from("data.format"),
-                 ": data.format must be auto, shards or sft, got \"", c.data.format, "\"");
-  LLMTRAIN_CHECK(c.data.shuffle_unit == "window" || c.data.shuffle_unit == "batch", from("data.shuffle_unit"),
-                 ": data.shuffle_unit must be window or batch, got \"", c.data.shuffle_unit, "\"");
   LLMTRAIN_CHECK(std::isfinite(c.train.loss_scale) && c.train.loss_scale >= 1, from("train.loss_scale"),
                  ": train.loss_scale must be a finite number >= 1, got ", c.train.loss_scale);
   at_least("train.loss_scale_growth_interval", c.train.loss_scale_growth_interval, 1);
-  LLMTRAIN_CHECK(c.train.rounding == "stochastic" || c.train.rounding == "nearest", from("train.rounding"),
-                 ": train.rounding must be stochastic or nearest, got \"", c.train.rounding, "\"");
   LLMTRAIN_CHECK(c.tokenizer.kind.empty() || c.tokenizer.kind == "gpt2" || c.tokenizer.kind == "sentencepiece",
                  from("tokenizer.kind"), ": tokenizer.kind must be gpt2 or sentencepiece (or empty), got \"",
                  c.tokenizer.kind, "\"");
@@ -184,7 +206,6 @@ void validate(const TrainerConfig& c, const std::function<std::string(const std:
       LLMTRAIN_CHECK(false, from(key), ": ", e.what());
     }
   };
-  check("train.precision", [&] { optim::parse_precision(c.train.precision); });
   check("train.schedule", [&] { c.optimizer().schedule.validate(); });
   check("model.preset", [&] { c.model.gpt2().validate(); });
   LLMTRAIN_CHECK(c.train.seq_len <= c.model.gpt2().block_size(), from("train.seq_len"), ": train.seq_len ",
@@ -206,7 +227,7 @@ nn::GPT2Config ModelConfig::gpt2() const {
 
 optim::OptimizerOptions TrainerConfig::optimizer() const {
   optim::OptimizerOptions o;
-  o.schedule.kind = optim::parse_schedule(train.schedule);
+  o.schedule.kind = train.schedule;
   o.schedule.lr = train.lr;
   o.schedule.warmup_steps = train.warmup_steps;
   o.schedule.max_steps = train.max_steps;
@@ -215,8 +236,8 @@ optim::OptimizerOptions TrainerConfig::optimizer() const {
   o.beta2 = train.beta2;
   o.weight_decay = train.weight_decay;
   o.grad_clip = train.grad_clip;
-  o.precision = optim::parse_precision(train.precision);
-  o.stochastic_rounding = train.rounding == "stochastic";
+  o.precision = train.precision;
+  o.stochastic_rounding = train.rounding == optim::Rounding::kStochastic;
   o.scaler.init_scale = train.loss_scale;
   o.scaler.growth_interval = train.loss_scale_growth_interval;
   o.seed = train.seed;
@@ -225,7 +246,8 @@ optim::OptimizerOptions TrainerConfig::optimizer() const {
 
 bool TrainerConfig::sft() const {
   const auto& t = data.train;
-  return data.format == "sft" || (data.format == "auto" && t.size() >= 6 && t.compare(t.size() - 6, 6, ".jsonl") == 0);
+  return data.format == DataFormat::kSft ||
+         (data.format == DataFormat::kAuto && t.size() >= 6 && t.compare(t.size() - 6, 6, ".jsonl") == 0);
 }
 
 TrainerConfig TrainerConfig::parse(const std::string& json_text, const std::string& source,
@@ -299,14 +321,14 @@ std::string TrainerConfig::reference() {
     std::string type;
     Json value;
     std::visit(
-        [&](auto* p) {
-          using T = std::remove_pointer_t<decltype(p)>;
-          type = std::is_same_v<T, std::string> ? "string"
-                 : std::is_same_v<T, bool>      ? "bool"
-                 : std::is_same_v<T, double>    ? "number"
-                 : std::is_same_v<T, uint64_t>  ? "integer >= 0"
-                                                : "integer";
-          value = *p;
+        [&](auto& p) {
+          using T = std::remove_pointer_t<std::decay_t<decltype(p)>>;
+          type = std::is_same_v<T, std::string> || std::is_same_v<T, ChoiceField> ? "string"
+                 : std::is_same_v<T, bool>                                        ? "bool"
+                 : std::is_same_v<T, double>                                      ? "number"
+                 : std::is_same_v<T, uint64_t>                                    ? "integer >= 0"
+                                                                                  : "integer";
+          value = value_of(p);
         },
         f.ptr);
     out += "| `" + f.key + "` | " + type + " | `" + value.dump() + "` | " + f.doc + " |\n";
@@ -324,7 +346,7 @@ std::vector<std::string> TrainerConfig::keys() {
 std::string TrainerConfig::to_json() const {
   TrainerConfig copy = *this;
   Json doc = Json::object();
-  for (const auto& f : fields(copy)) std::visit([&](auto* p) { *node(doc, f.key, true) = *p; }, f.ptr);
+  for (const auto& f : fields(copy)) std::visit([&](auto& p) { *node(doc, f.key, true) = value_of(p); }, f.ptr);
   return doc.dump(2);
 }
 

@@ -87,7 +87,7 @@ void save_model_checkpoint(nn::GPT2& model, const std::string& dir, const fs::Ou
     detail::save_torch(model, tmp + "/model.pt");
     TrainerConfig c = cfg;
     if (tokenizer) c.tokenizer = copy_tokenizer(*tokenizer, tmp);
-    if (bf16) c.train.precision = "bf16-master";  // how load_checkpoint_model knows to cast
+    if (bf16) c.train.precision = optim::Precision::kBF16Master;  // how load_checkpoint_model knows to cast
     detail::CheckpointState state;
     state.model_only = true;
     state.model = model->cfg;
@@ -141,11 +141,12 @@ nn::GPT2 load_checkpoint_model(const std::string& path) {
   uint64_t bytes = 0;
   ::close(fs::open_regular(dir + "/model.pt", &bytes, "checkpoint"));
   const int64_t params = cfg.model.gpt2().stored_parameters();
-  const uint64_t least = uint64_t(params) * (cfg.train.precision == "bf16-master" ? 2 : 4);
+  const bool bf16 = cfg.train.precision == optim::Precision::kBF16Master;
+  const uint64_t least = uint64_t(params) * (bf16 ? 2 : 4);
   LLMTRAIN_CHECK(bytes >= least, "checkpoint ", dir, ": model.pt holds ", bytes, " bytes, too few for the ", params,
                  " parameters its state.json describes (", least, " bytes at least)");
   nn::GPT2 model(cfg.model.gpt2());
-  if (cfg.train.precision == "bf16-master") model->to(torch::kBFloat16);
+  if (bf16) model->to(torch::kBFloat16);
   detail::load_part(dir, "model.pt", [&](const std::string& p) { torch::load(model, p); });
   return model;
 }

@@ -61,10 +61,10 @@ extern "C" void on_stop_signal(int sig) {
   }
 }
 
-torch::Device resolve_device(const std::string& name) {
-  if (name == "cpu") return torch::kCPU;
+torch::Device resolve_device(DeviceChoice choice) {
+  if (choice == DeviceChoice::kCpu) return torch::kCPU;
   const bool cuda = torch::cuda::is_available();
-  LLMTRAIN_CHECK(cuda || name == "auto", "device \"cuda\" asked for, but no CUDA device is visible");
+  LLMTRAIN_CHECK(cuda || choice == DeviceChoice::kAuto, "device \"cuda\" asked for, but no CUDA device is visible");
   return cuda ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
 }
 
@@ -114,7 +114,8 @@ double device_memory(torch::Device device) {
 void check_memory(const TrainerConfig& c, torch::Device device, int world) {
   const nn::GPT2Config g = c.model.gpt2();
   const double params = double(g.stored_parameters());
-  const bool master = c.train.precision == "bf16-master", low = master || c.train.precision != "fp32";
+  const bool master = c.train.precision == optim::Precision::kBF16Master,
+             low = c.train.precision != optim::Precision::kFP32;
   const double weights = params * (master ? 2 + 2 : 4 + 4);  // the parameters and their gradients
   const double optimizer = params * (master ? 8 + 4 : 8) / (c.train.zero ? world : 1);
   const double logits =
@@ -164,7 +165,7 @@ void check_same_config(const TrainerConfig& c, dist::Communicator& comm) {
 // (evaluation, checkpoints, samples, paths, optimizer constants) are listed, and the run goes on.
 void check_resumed_config(const TrainerConfig& was, const TrainerConfig& now, const std::string& dir, bool say) {
   const Json a = json::parse(was.to_json(), dir), b = json::parse(now.to_json(), "the config");
-  const bool constant = now.train.schedule == "constant";
+  const bool constant = now.train.schedule == optim::ScheduleKind::kConstant;
   std::string refused, changed;
   for (const auto& key : TrainerConfig::keys()) {
     const size_t dot = key.find('.');
@@ -329,7 +330,7 @@ struct Trainer::Impl {
     o.world_size = world;
     o.seed = cfg.train.seed;
     o.shuffle = shuffle;
-    o.shuffle_unit = cfg.data.shuffle_unit == "batch" ? data::ShuffleUnit::kBatch : data::ShuffleUnit::kWindow;
+    o.shuffle_unit = cfg.data.shuffle_unit;
     o.vocab_size = cfg.model.gpt2().vocab_size();
     o.device = device;
     return std::make_unique<data::DataLoader>(o);
@@ -672,8 +673,8 @@ bool Trainer::resume_if_possible() {
                  "run to resume: start a run from it with model.init_from or finetune_gpt2 --from");
   LLMTRAIN_CHECK(same_shape(state.model, d.cfg.model.gpt2()), "checkpoint ", dir, " holds a model of ",
                  shape_text(state.model), "; this config has ", shape_text(d.cfg.model.gpt2()));
-  LLMTRAIN_CHECK(state.precision == d.cfg.train.precision, "checkpoint ", dir, " was trained in ", state.precision,
-                 "; this config asks for ", d.cfg.train.precision);
+  LLMTRAIN_CHECK(state.precision.value() == d.cfg.train.precision, "checkpoint ", dir, " was trained in ",
+                 state.precision, "; this config asks for ", d.cfg.train.precision);
   const bool sharded = d.opt->sharded();
   const int64_t zero_ranks = state.zero_ranks, want_ranks = sharded ? d.world : 0;
   LLMTRAIN_CHECK(

@@ -80,6 +80,30 @@ TEST(TrainerConfig, BadInputNamesTheKeyAndTheSource) {
   expect_error([] { TrainerConfig::load("/nonexistent/config.json"); }, {"/nonexistent/config.json"});
 }
 
+// The keys that choose among words are read once into their enums: compared, switched on and written
+// back by name; a word of none of them, or a value that is no word, lists the words.
+TEST(TrainerConfig, ChoicesAreEnumsReadOnceAndWrittenBackByName) {
+  const auto c = TrainerConfig::parse(
+      R"({"train": {"precision": "fp16", "schedule": "wsd", "rounding": "nearest"},
+          "data": {"format": "shards", "shuffle_unit": "batch"}, "device": "cpu"})",
+      "a.json");
+  EXPECT_EQ(c.train.precision.value(), llmtrain::optim::Precision::kFP16);
+  EXPECT_EQ(c.train.schedule.value(), llmtrain::optim::ScheduleKind::kWSD);
+  EXPECT_EQ(c.train.rounding.value(), llmtrain::optim::Rounding::kNearest);
+  EXPECT_EQ(c.data.format.value(), llmtrain::train::DataFormat::kShards);
+  EXPECT_EQ(c.data.shuffle_unit.value(), llmtrain::data::ShuffleUnit::kBatch);
+  EXPECT_EQ(c.device.value(), llmtrain::train::DeviceChoice::kCpu);
+  EXPECT_FALSE(c.optimizer().stochastic_rounding);
+  const auto again = TrainerConfig::parse(c.to_json(), "written");
+  EXPECT_EQ(again.to_json(), c.to_json());
+  EXPECT_EQ(again.train.precision, "fp16");
+  EXPECT_EQ(again.data.shuffle_unit, "batch");
+  expect_error([] { TrainerConfig::parse(R"({"train": {"precision": 16}})", "a.json"); },
+               {"a.json: train.precision must be fp32, bf16, fp16 or bf16-master", "precision 16 is none of them"});
+  expect_error([] { TrainerConfig::parse("{}", "a.json", {"data.format=csv"}); },
+               {"--set data.format=csv: data.format must be auto, shards or sft", "format \"csv\""});
+}
+
 // A value that came from --set is named as --set in its error, not as the file's; a key given twice
 // (in the file, or by two --set) is refused rather than one of its values silently lost.
 TEST(TrainerConfig, ErrorsNameWhereTheValueCameFrom) {

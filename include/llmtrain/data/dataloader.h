@@ -17,12 +17,9 @@
 #include <string>
 #include <vector>
 
-namespace llmtrain::data {
+#include "llmtrain/data/shuffle_unit.h"
 
-/// What a shuffled DataLoader puts in a seeded order: single windows, or whole batches of consecutive
-/// windows (world_size * batch_size of them, in llm.c's order: one 32-bit Mersenne Twister seeded with
-/// the seed; each epoch permutes the last epoch's shard order, then each shard entered its batches).
-enum class ShuffleUnit { kWindow, kBatch };
+namespace llmtrain::data {
 
 /// Where a DataLoader reads from and how.
 struct DataLoaderOptions {

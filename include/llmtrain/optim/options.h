@@ -5,14 +5,31 @@
 #include <cstdint>
 #include <string>
 
+#include "llmtrain/core/choice.h"
 #include "llmtrain/optim/schedule.h"
 
 namespace llmtrain::optim {
 
 enum class Precision { kFP32, kBF16, kFP16, kBF16Master };
 
+inline const ChoiceNames<Precision>& choice_names(Precision) {
+  static const ChoiceNames<Precision> names{{Precision::kFP32, "fp32"},
+                                            {Precision::kBF16, "bf16"},
+                                            {Precision::kFP16, "fp16"},
+                                            {Precision::kBF16Master, "bf16-master"}};
+  return names;
+}
+
 /// Parses "fp32", "bf16", "fp16" or "bf16-master"; throws llmtrain::Error naming the value otherwise.
 Precision parse_precision(const std::string& name);
+
+/// How bf16-master rounds its bf16 copies from the fp32 masters.
+enum class Rounding { kStochastic, kNearest };
+
+inline const ChoiceNames<Rounding>& choice_names(Rounding) {
+  static const ChoiceNames<Rounding> names{{Rounding::kStochastic, "stochastic"}, {Rounding::kNearest, "nearest"}};
+  return names;
+}
 
 /// How the fp16 loss scale starts and moves.
 struct GradScalerOptions {

@@ -7,9 +7,19 @@
 #include <cstdint>
 #include <string>
 
+#include "llmtrain/core/choice.h"
+
 namespace llmtrain::optim {
 
 enum class ScheduleKind { kConstant, kCosine, kLinear, kWSD };
+
+inline const ChoiceNames<ScheduleKind>& choice_names(ScheduleKind) {
+  static const ChoiceNames<ScheduleKind> names{{ScheduleKind::kConstant, "constant"},
+                                               {ScheduleKind::kCosine, "cosine"},
+                                               {ScheduleKind::kLinear, "linear"},
+                                               {ScheduleKind::kWSD, "wsd"}};
+  return names;
+}
 
 /// Parses "constant", "cosine", "linear" or "wsd"; throws llmtrain::Error naming the value otherwise.
 ScheduleKind parse_schedule(const std::string& name);

@@ -1,6 +1,8 @@
 // A training run's configuration: one JSON file with sections model, data, tokenizer, train, eval,
 // checkpoint and sample, plus out_dir and device, and "--set section.key=value" overrides on top. Unknown keys and
-// values of the wrong type are errors that name the key and where it came from.
+// values of the wrong type are errors that name the key and where it came from. The keys that choose
+// among words (precision, schedule, rounding, data format, shuffle unit, device) are held as enums
+// (Choice), read once here.
 #pragma once
 
 #include <cstdint>
@@ -8,11 +10,31 @@
 #include <string>
 #include <vector>
 
+#include "llmtrain/core/choice.h"
+#include "llmtrain/data/shuffle_unit.h"
 #include "llmtrain/nn/gpt2_config.h"
 #include "llmtrain/optim/options.h"
 #include "llmtrain/tokenizer/tokenizer.h"
 
 namespace llmtrain::train {
+
+/// What data.train holds: token shards, SFT JSONL, or either by its name (sft for *.jsonl).
+enum class DataFormat { kAuto, kShards, kSft };
+
+inline const ChoiceNames<DataFormat>& choice_names(DataFormat) {
+  static const ChoiceNames<DataFormat> names{
+      {DataFormat::kAuto, "auto"}, {DataFormat::kShards, "shards"}, {DataFormat::kSft, "sft"}};
+  return names;
+}
+
+/// Where a run trains: a GPU when there is one (auto), or the one named.
+enum class DeviceChoice { kAuto, kCpu, kCuda };
+
+inline const ChoiceNames<DeviceChoice>& choice_names(DeviceChoice) {
+  static const ChoiceNames<DeviceChoice> names{
+      {DeviceChoice::kAuto, "auto"}, {DeviceChoice::kCpu, "cpu"}, {DeviceChoice::kCuda, "cuda"}};
+  return names;
+}
 
 struct ModelConfig {
   std::string preset = "tiny";  // a GPT2Config preset; the fields below override it when set (> 0)
@@ -24,12 +46,12 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-  std::string train;            // shard glob, or an SFT JSONL file
-  std::string val;              // the same kind as train; empty: evaluate on train
-  std::string format = "auto";  // shards | sft | auto (sft for *.jsonl)
-  bool pack = false;            // sft: several examples per window (each attends only to itself; laid anew each epoch)
-  bool shuffle = true;          // train batches in a seeded order each epoch; false: file order
-  std::string shuffle_unit = "window";  // shards: window | batch (whole batches of the text, llm.c's order)
+  std::string train;  // shard glob, or an SFT JSONL file
+  std::string val;    // the same kind as train; empty: evaluate on train
+  Choice<DataFormat> format = DataFormat::kAuto;
+  bool pack = false;    // sft: several examples per window (each attends only to itself; laid anew each epoch)
+  bool shuffle = true;  // train batches in a seeded order each epoch; false: file order
+  Choice<data::ShuffleUnit> shuffle_unit = data::ShuffleUnit::kWindow;  // shards: windows or llm.c's whole batches
 };
 
 /// The tokenizer of the data: needed for SFT JSONL and for samples during training.
@@ -47,11 +69,11 @@ struct TrainConfig {
   double lr = 6e-4;
   double min_lr_frac = 0.1;
   int64_t warmup_steps = 0;
-  std::string schedule = "cosine";  // constant | cosine | linear | wsd
+  Choice<optim::ScheduleKind> schedule = optim::ScheduleKind::kCosine;
   double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, grad_clip = 1.0;
-  std::string precision = "fp32";             // fp32 | bf16 | fp16 | bf16-master
-  std::string rounding = "stochastic";        // bf16-master's bf16 copies: stochastic | nearest
-  double loss_scale = 65536;                  // fp16: the first loss scale
+  Choice<optim::Precision> precision = optim::Precision::kFP32;
+  Choice<optim::Rounding> rounding = optim::Rounding::kStochastic;  // bf16-master's bf16 copies
+  double loss_scale = 65536;                                        // fp16: the first loss scale
   int64_t loss_scale_growth_interval = 2000;  // fp16: steps without overflow before the scale doubles
   uint64_t seed = 1337;
   bool cuda_graph = true;  // CUDA, not fp16, one rank: each micro-step's forward and backward replayed as a graph
@@ -89,7 +111,7 @@ struct TrainerConfig {
   CheckpointConfig checkpoint;
   SampleConfig sample;
   std::string out_dir = "runs/default";
-  std::string device = "auto";  // auto | cpu | cuda
+  Choice<DeviceChoice> device = DeviceChoice::kAuto;
 
   /// Parses JSON text; `source` names it in errors. Applies "a.b=value" overrides (values are JSON,
   /// or plain strings) before checking. Throws llmtrain::Error naming the key for unknown keys, a key
