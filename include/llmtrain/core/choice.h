@@ -39,7 +39,8 @@ class Choice {
   static std::string names() {
     const auto& all = choice_names(E{});
     std::string out;
-    for (size_t i = 0; i < all.size(); ++i) out += (i == 0 ? "" : i + 1 == all.size() ? " or " : ", ") + std::string(all[i].second);
+    for (size_t i = 0; i < all.size(); ++i)
+      out += (i == 0 ? "" : i + 1 == all.size() ? " or " : ", ") + std::string(all[i].second);
     return out;
   }
 
