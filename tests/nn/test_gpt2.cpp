@@ -5,6 +5,7 @@
 #include <torch/serialize.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -209,8 +210,11 @@ TEST(GPT2, LogitsMatchHuggingFaceTransformers) {
   file.read(static_cast<char*>(hf.data_ptr()), static_cast<std::streamsize>(hf.nbytes()));
   ASSERT_EQ(file.gcount(), static_cast<std::streamsize>(hf.nbytes())) << out << " is short";
   llmtrain::fs::remove_tree(dir);
-  EXPECT_LT(max_abs_diff(ours, hf), 1e-5);
-  EXPECT_GT(hf.abs().max().item<float>(), 0.1f);  // real logits, not zeros
+  // Within 1e-5 of the largest logit: both sides are fp32 products whose summation order depends on
+  // the CPU's kernels (an H100 host's differed by 1.4e-5 absolute, on logits of several units).
+  const float largest = hf.abs().max().item<float>();
+  EXPECT_LT(max_abs_diff(ours, hf), 1e-5 * std::max(1.0f, largest));
+  EXPECT_GT(largest, 0.1f);  // real logits, not zeros
 }
 
 TEST(GPT2, BadConfigsAndInputsNameTheValueAndTheLimit) {
