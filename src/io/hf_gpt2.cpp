@@ -8,6 +8,7 @@
 
 #include "../core/json.h"
 #include "hf_config.h"
+#include "hf_weights.h"
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/fs.h"
 #include "llmtrain/io/safetensors.h"
@@ -15,11 +16,11 @@
 namespace llmtrain::io {
 namespace {
 
-using Json = json::Json;
+using detail::ends_with;
+using detail::HfWeights;
+using detail::shape_str;
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
+using Json = json::Json;
 
 // Hugging Face's Conv1D layers: weights stored (in, out).
 bool conv1d(const std::string& name) {
@@ -27,47 +28,6 @@ bool conv1d(const std::string& name) {
     if (ends_with(name, s)) return true;
   return false;
 }
-
-std::string shape_str(at::IntArrayRef s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
-// The folder's tensors by name (prefix "transformer." added where missing), each with the file it is in.
-struct Weights {
-  std::vector<std::unique_ptr<SafetensorsFile>> files;
-  std::map<std::string, std::pair<const SafetensorsFile*, std::string>> by_name;  // ours -> (file, key in file)
-
-  explicit Weights(const std::string& dir) {
-    std::vector<std::string> paths;
-    const std::string index = dir + "/model.safetensors.index.json";
-    if (fs::exists(dir + "/model.safetensors")) {
-      paths.push_back(dir + "/model.safetensors");
-    } else {
-      const Json j = json::parse_file(index, uint64_t(256) << 20);
-      const json::Object map = json::Object(j, index).object("weight_map");
-      std::set<std::string> shards;
-      for (const auto& [name, shard] : map.value().items()) shards.insert(map.string(name));
-      for (const auto& s : shards) {
-        LLMTRAIN_CHECK(!s.empty() && s.find('/') == std::string::npos && s != "." && s != "..", index, ": shard \"", s,
-                       "\" is not a file name in the folder");
-        LLMTRAIN_CHECK(fs::exists(dir + "/" + s), index, " names shard ", s, ", which ", dir, " does not hold");
-        paths.push_back(dir + "/" + s);
-      }
-    }
-    for (const auto& p : paths) {
-      files.push_back(std::make_unique<SafetensorsFile>(p));
-      for (const auto& key : files.back()->names()) {
-        const std::string name =
-            key.rfind("transformer.", 0) == 0 || key.rfind("lm_head.", 0) == 0 ? key : "transformer." + key;
-        const auto [it, fresh] = by_name.emplace(name, std::make_pair(files.back().get(), key));
-        LLMTRAIN_CHECK(fresh, "Hugging Face folder ", dir, ": tensor ", name, " is in both ", it->second.first->path(),
-                       " and ", p);
-      }
-    }
-  }
-};
 
 }  // namespace
 
@@ -77,14 +37,16 @@ bool is_hf_dir(const std::string& dir) {
 }
 
 nn::GPT2Config hf_gpt2_config(const std::string& dir) {
-  const std::string path = dir + "/config.json";
-  LLMTRAIN_CHECK(fs::exists(path), "Hugging Face folder ", dir, ": no config.json");
-  return detail::parse_hf_gpt2_config(fs::read_file(path, uint64_t(16) << 20), path);
+  std::string path;
+  const std::string text = detail::read_hf_config(dir, &path);
+  return detail::parse_hf_gpt2_config(text, path);
 }
 
 nn::GPT2 load_hf_gpt2(const std::string& dir) {
   const nn::GPT2Config cfg = hf_gpt2_config(dir);
-  Weights w(dir);
+  const HfWeights w(dir, [](const std::string& key) {
+    return key.rfind("transformer.", 0) == 0 || key.rfind("lm_head.", 0) == 0 ? key : "transformer." + key;
+  });
   // config.json's shape decides what is allocated: every tensor is found and checked first.
   for (auto [name, shape] : cfg.parameter_shapes()) {
     const auto it = w.by_name.find(name);
@@ -163,7 +125,7 @@ void save_hf_gpt2(nn::GPT2& model, const std::string& dir, const fs::OutputOptio
                                        : dtype == torch::kHalf   ? "float16"
                                                                  : "float32"}};
   fs::write_dir_atomic(dir, "hf-gpt2", options, [&](const std::string& tmp) {
-    save_safetensors(tmp + "/model.safetensors", tensors, {{"format", "pt"}});
+    detail::save_hf_weights(tmp, tensors);
     fs::write_file_atomic(tmp + "/config.json", config.dump(2) + "\n");
     const Json generation = {{"bos_token_id", bos}, {"eos_token_id", eos}, {"pad_token_id", eos}};
     fs::write_file_atomic(tmp + "/generation_config.json", generation.dump(2) + "\n");

@@ -16,6 +16,7 @@
 #include "llmtrain/ops/layer_norm.h"
 #include "llmtrain/ops/linear.h"
 #include "llmtrain/ops/mlp.h"
+#include "lm_inputs.h"
 
 namespace llmtrain::nn {
 namespace {
@@ -219,34 +220,7 @@ void GPT2Impl::reset() { transformer = register_module("transformer", GPT2Transf
 
 torch::Tensor GPT2Impl::padded_logits(const torch::Tensor& idx, const torch::Tensor& targets,
                                       const torch::Tensor& position_ids) {
-  LLMTRAIN_CHECK(idx.dim() == 2, "GPT2: idx must be (B, T), got shape ", idx.sizes());
-  LLMTRAIN_CHECK(idx.scalar_type() == torch::kLong, "GPT2: idx must be int64, got ", idx.scalar_type());
-  LLMTRAIN_CHECK(idx.size(1) >= 1 && idx.size(1) <= cfg.block_size(), "GPT2: sequence length ", idx.size(1),
-                 " is outside [1, block_size ", cfg.block_size(), "]");
-  auto& ids = transformer->ids;
-  ids.raise(/*wait=*/false);  // a bad id that an earlier forward on the GPU found
-  if (targets.defined()) {
-    LLMTRAIN_CHECK(targets.sizes() == idx.sizes(), "GPT2: targets must have the shape of idx ", idx.sizes(), ", got ",
-                   targets.sizes());
-    LLMTRAIN_CHECK(targets.scalar_type() == torch::kLong, "GPT2: targets must be int64, got ", targets.scalar_type());
-    ids.check(targets, "targets", cfg.vocab_size(), kIgnoreIndex);
-    if (!ops::cuda_kernel_enabled(ops::Kernel::kCrossEntropy))
-      ids.raise();  // ATen's loss asserts on a bad id, on the device
-  }
-  if (position_ids.defined()) {
-    LLMTRAIN_CHECK(position_ids.sizes() == idx.sizes() && position_ids.scalar_type() == torch::kLong &&
-                       position_ids.device() == idx.device(),
-                   "GPT2: position_ids must be ", idx.sizes(), " int64 on ", idx.device(), " as idx, got ",
-                   position_ids.sizes(), " ", position_ids.scalar_type(), " on ", position_ids.device());
-    // Each position at most the one before it plus one: a document goes on, or a new one starts at 0.
-    if (!position_ids.is_cuda() && position_ids.numel() > 0) {
-      const auto steps = position_ids.narrow(1, 1, idx.size(1) - 1) - position_ids.narrow(1, 0, idx.size(1) - 1);
-      const auto next = position_ids.narrow(1, 1, idx.size(1) - 1);
-      LLMTRAIN_CHECK(
-          position_ids.select(1, 0).eq(0).all().item<bool>() && (steps.eq(1) | next.eq(0)).all().item<bool>(),
-          "GPT2: position_ids must count 0, 1, 2, ... within each document of a row, starting at 0");
-    }
-  }
+  detail::check_batch("GPT2", idx, targets, position_ids, cfg.block_size(), cfg.vocab_size(), transformer->ids);
   const torch::Tensor x = transformer->forward(idx, nullptr, {}, position_ids);  // (B, T, C)
   return torch::nn::functional::linear(x, transformer->wte->weight);             // (B, T, padded V)
 }

@@ -1,0 +1,139 @@
+// The Llama family as one LibTorch module: Hugging Face's LlamaForCausalLM, MistralForCausalLM and
+// Qwen2ForCausalLM, with their parameter names (model.layers.N.self_attn.q_proj.weight, ...), so that
+// their folders map across by name. RMSNorm before attention and before the MLP, rotary position
+// embeddings on queries and keys (rotate-half layout, frequencies in float32 as transformers computes
+// them, with linear or llama3 scaling), grouped-query attention, a SwiGLU MLP, and a head tied to the
+// token embedding or separate.
+#pragma once
+
+#include <torch/nn/cloneable.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+#include <torch/types.h>
+
+#include <cstdint>
+
+#include "llmtrain/nn/causal_lm.h"
+#include "llmtrain/nn/llama_config.h"
+#include "llmtrain/ops/embedding.h"
+
+namespace llmtrain::nn {
+
+/// x / sqrt(mean(x^2) + eps) * weight, in float32 whatever the input's dtype, the result cast back.
+///   RMSNorm norm(4096, 1e-5); auto y = norm(x);  // (..., C) -> (..., C)
+class RMSNormImpl : public torch::nn::Cloneable<RMSNormImpl> {
+ public:
+  RMSNormImpl(int64_t size, double eps);
+  void reset() override;
+  torch::Tensor forward(const torch::Tensor& x);
+
+  int64_t size;
+  double eps;
+  torch::Tensor weight;
+};
+TORCH_MODULE(RMSNorm);
+
+/// Rotary embedding tables for positions (B, T) int64: {cos, sin}, each (B, 1, T, D) in `dtype`.
+std::pair<torch::Tensor, torch::Tensor> rope_tables(const LlamaConfig& cfg, const torch::Tensor& positions,
+                                                    torch::ScalarType dtype);
+
+/// Attention with rotary positions and grouped-query heads: q_proj (C -> H D), k_proj and v_proj
+/// (C -> KV D), attention (causal; or `mask`, (B or 1, 1, T, T) bool, true where a query may see a key),
+/// o_proj (H D -> C).
+class LlamaAttentionImpl : public torch::nn::Cloneable<LlamaAttentionImpl> {
+ public:
+  explicit LlamaAttentionImpl(LlamaConfig cfg);
+  void reset() override;
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        const torch::Tensor& mask = {});  // (B, T, C) -> (B, T, C)
+
+  LlamaConfig cfg;
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+};
+TORCH_MODULE(LlamaAttention);
+
+/// SwiGLU: down_proj(silu(gate_proj(x)) * up_proj(x)).
+class LlamaMLPImpl : public torch::nn::Cloneable<LlamaMLPImpl> {
+ public:
+  explicit LlamaMLPImpl(LlamaConfig cfg);
+  void reset() override;
+  torch::Tensor forward(const torch::Tensor& x);  // (B, T, C) -> (B, T, C)
+
+  LlamaConfig cfg;
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(LlamaMLP);
+
+/// h = x + attn(input_layernorm(x)), then h + mlp(post_attention_layernorm(h)).
+class LlamaDecoderLayerImpl : public torch::nn::Cloneable<LlamaDecoderLayerImpl> {
+ public:
+  explicit LlamaDecoderLayerImpl(LlamaConfig cfg);
+  void reset() override;
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        const torch::Tensor& mask = {});
+
+  LlamaConfig cfg;
+  LlamaAttention self_attn{nullptr};
+  LlamaMLP mlp{nullptr};
+  RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+};
+TORCH_MODULE(LlamaDecoderLayer);
+
+/// The body (Hugging Face's LlamaModel): embed_tokens, the layers, the final norm.
+class LlamaModelImpl : public torch::nn::Cloneable<LlamaModelImpl> {
+ public:
+  explicit LlamaModelImpl(LlamaConfig cfg);
+  void reset() override;
+  /// `position_ids` (B, T) int64: each token's position within its document in windows of packed
+  /// documents, which attend only within themselves; undefined: each row is one text at 0..T-1.
+  torch::Tensor forward(const torch::Tensor& idx, const torch::Tensor& position_ids = {});  // -> (B, T, C)
+
+  LlamaConfig cfg;
+  torch::nn::Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  RMSNorm norm{nullptr};
+  ops::IdCheck ids{"Llama"};
+};
+TORCH_MODULE(LlamaModel);
+
+/// What Llama::forward returns: logits (B, T, vocab_size), and the loss when targets were given.
+struct LlamaOutput {
+  torch::Tensor logits, loss;
+};
+
+/// A Llama-family language model, randomly initialised as transformers does (normal(0,
+/// initializer_range) weights, zero biases, unit norms) or loaded from a folder (io/hf_llama.h).
+///   llmtrain::nn::Llama model(llmtrain::nn::LlamaConfig::preset("llama-tiny"));
+///   auto out = model(idx, targets);  out.loss.backward();
+class LlamaImpl : public torch::nn::Cloneable<LlamaImpl>, public CausalLM {
+ public:
+  explicit LlamaImpl(LlamaConfig cfg);
+  void reset() override;
+  /// idx and targets (B, T) int64, T <= block_size; ids in [0, vocab_size), targets also -100 (ignored).
+  /// Throws llmtrain::Error for shapes and for ids out of range (at once on the CPU; on CUDA from
+  /// check_inputs() or the next forward).
+  LlamaOutput forward(const torch::Tensor& idx, const torch::Tensor& targets = {},
+                      const torch::Tensor& position_ids = {});
+
+  // CausalLM
+  torch::Tensor loss(const torch::Tensor& idx, const torch::Tensor& targets,
+                     const torch::Tensor& position_ids = {}) override;
+  void check_inputs(bool wait) override;
+  int64_t num_parameters() const override { return cfg.num_parameters(); }
+  double flops_per_token(int64_t seq_len) const override { return cfg.flops_per_token(seq_len); }
+  int64_t block_size() const override { return cfg.block_size(); }
+  int64_t vocab_size() const override { return cfg.vocab_size(); }
+  torch::nn::Module& module() override { return *this; }
+
+  LlamaConfig cfg;
+  LlamaModel model{nullptr};
+  torch::nn::Linear lm_head{nullptr};  // null when the head is tied to model.embed_tokens
+
+ private:
+  torch::Tensor logits(const torch::Tensor& idx, const torch::Tensor& targets, const torch::Tensor& position_ids);
+};
+TORCH_MODULE(Llama);
+
+}  // namespace llmtrain::nn

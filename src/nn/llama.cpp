@@ -1,0 +1,224 @@
+// The Llama family on ATen and llmtrain's ops (the linear products, attention and the loss), written
+// to compute what transformers computes in float32: the rotary tables and RMSNorm in float32, the
+// grouped keys and values repeated head by head as its repeat_kv does.
+#include "llmtrain/nn/llama.h"
+
+#include <torch/nn/functional/activation.h>
+#include <torch/nn/init.h>
+
+#include <cmath>
+
+#include "llmtrain/core/error.h"
+#include "llmtrain/core/types.h"
+#include "llmtrain/ops/attention.h"
+#include "llmtrain/ops/cross_entropy.h"
+#include "llmtrain/ops/linear.h"
+#include "lm_inputs.h"
+
+namespace llmtrain::nn {
+namespace {
+
+torch::nn::Linear linear(int64_t in, int64_t out, bool bias) {
+  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
+}
+
+torch::Tensor project(const torch::nn::Linear& l, const torch::Tensor& x) {
+  return ops::linear(x, l->weight, l->options.bias() ? l->bias : torch::Tensor());
+}
+
+// The rotary frequencies of head_dim / 2 channel pairs, float32, as transformers derives them.
+torch::Tensor inverse_frequencies(const LlamaConfig& cfg, const torch::Device& device) {
+  const int64_t D = cfg.resolved_head_dim();
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(device);
+  auto inv =
+      1.0 / torch::pow(cfg.rope_theta(), torch::arange(0, D, 2, f32.dtype(torch::kLong)).to(torch::kFloat) / double(D));
+  inv = inv.to(f32);
+  switch (cfg.rope_scaling().value()) {
+    case RopeScaling::kNone: break;
+    case RopeScaling::kLinear: inv = inv / cfg.rope_factor(); break;
+    case RopeScaling::kLlama3: {
+      // Wavelengths longer than the trained context / low_freq_factor are stretched by factor, those
+      // shorter than context / high_freq_factor kept, the ones between blended smoothly.
+      const double old = double(cfg.rope_original_max_positions()), factor = cfg.rope_factor();
+      const double low = cfg.rope_low_freq_factor(), high = cfg.rope_high_freq_factor();
+      const auto wavelen = 2.0 * M_PI / inv;
+      auto scaled = torch::where(wavelen > old / low, inv / factor, inv);
+      const auto smooth = (old / wavelen - low) / (high - low);
+      const auto blended = (1 - smooth) * scaled / factor + smooth * scaled;
+      const auto medium = (wavelen >= old / high) & (wavelen <= old / low);
+      inv = torch::where(medium, blended, scaled);
+      break;
+    }
+  }
+  return inv;
+}
+
+// x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1] for the halves x1, x2 of the last dim.
+torch::Tensor rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  const auto halves = x.chunk(2, -1);
+  return x * cos + torch::cat({-halves[1], halves[0]}, -1) * sin;
+}
+
+// Where a query t may see key s, (1 or B, 1, T, T) bool: within its document (packed rows), and within
+// the last `window` keys (Mistral). Undefined: plainly causal.
+torch::Tensor attention_mask(const LlamaConfig& cfg, const torch::Tensor& idx, const torch::Tensor& position_ids) {
+  const int64_t T = idx.size(1), W = cfg.sliding_window();
+  const bool windowed = W > 0 && T > W;
+  if (!position_ids.defined() && !windowed) return {};
+  torch::Tensor mask;
+  if (position_ids.defined()) {
+    mask = ops::document_mask(position_ids);
+  } else {
+    mask =
+        torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(idx.device())).tril().view({1, 1, T, T});
+  }
+  if (windowed) {  // key s within the last W positions of query t: t - s < W
+    const auto t = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
+    mask = mask & (t.view({T, 1}) - t.view({1, T}) < W).view({1, 1, T, T});
+  }
+  return mask.expand({idx.size(0), 1, T, T});
+}
+
+}  // namespace
+
+RMSNormImpl::RMSNormImpl(int64_t size_, double eps_) : size(size_), eps(eps_) { reset(); }
+
+void RMSNormImpl::reset() { weight = register_parameter("weight", torch::ones({size})); }
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  const auto f = x.to(torch::kFloat);
+  const auto normed = f * torch::rsqrt(f.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return weight * normed.to(x.scalar_type());
+}
+
+std::pair<torch::Tensor, torch::Tensor> rope_tables(const LlamaConfig& cfg, const torch::Tensor& positions,
+                                                    torch::ScalarType dtype) {
+  const auto inv = inverse_frequencies(cfg, positions.device());
+  const auto freqs = positions.to(torch::kFloat).unsqueeze(-1) * inv;  // (B, T, D / 2)
+  const auto angles = torch::cat({freqs, freqs}, -1).unsqueeze(1);     // (B, 1, T, D)
+  return {angles.cos().to(dtype), angles.sin().to(dtype)};
+}
+
+LlamaAttentionImpl::LlamaAttentionImpl(LlamaConfig cfg_) : cfg(std::move(cfg_)) { reset(); }
+
+void LlamaAttentionImpl::reset() {
+  const int64_t C = cfg.hidden_size(), D = cfg.resolved_head_dim();
+  q_proj = register_module("q_proj", linear(C, cfg.n_head() * D, cfg.qkv_bias()));
+  k_proj = register_module("k_proj", linear(C, cfg.n_kv_head() * D, cfg.qkv_bias()));
+  v_proj = register_module("v_proj", linear(C, cfg.n_kv_head() * D, cfg.qkv_bias()));
+  o_proj = register_module("o_proj", linear(cfg.n_head() * D, C, cfg.o_bias()));
+}
+
+torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                                          const torch::Tensor& mask) {
+  const int64_t B = x.size(0), T = x.size(1), D = cfg.resolved_head_dim(), H = cfg.n_head(), KV = cfg.n_kv_head();
+  const auto heads = [&](const torch::Tensor& t, int64_t n) { return t.view({B, T, n, D}).transpose(1, 2); };
+  auto q = rotate(heads(project(q_proj, x), H), cos, sin);
+  auto k = rotate(heads(project(k_proj, x), KV), cos, sin);
+  auto v = heads(project(v_proj, x), KV);
+  if (KV != H) {  // each key and value head serves H / KV query heads in a row
+    k = k.repeat_interleave(H / KV, 1);
+    v = v.repeat_interleave(H / KV, 1);
+  }
+  const auto y = ops::attention(q, k, v, is_training() ? cfg.dropout() : 0.0, mask);  // (B, H, T, D)
+  return project(o_proj, y.transpose(1, 2).reshape({B, T, H * D}));
+}
+
+LlamaMLPImpl::LlamaMLPImpl(LlamaConfig cfg_) : cfg(std::move(cfg_)) { reset(); }
+
+void LlamaMLPImpl::reset() {
+  const int64_t C = cfg.hidden_size(), I = cfg.intermediate_size();
+  gate_proj = register_module("gate_proj", linear(C, I, false));
+  up_proj = register_module("up_proj", linear(C, I, false));
+  down_proj = register_module("down_proj", linear(I, C, false));
+}
+
+torch::Tensor LlamaMLPImpl::forward(const torch::Tensor& x) {
+  return project(down_proj, torch::silu(project(gate_proj, x)) * project(up_proj, x));
+}
+
+LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(LlamaConfig cfg_) : cfg(std::move(cfg_)) { reset(); }
+
+void LlamaDecoderLayerImpl::reset() {
+  self_attn = register_module("self_attn", LlamaAttention(cfg));
+  mlp = register_module("mlp", LlamaMLP(cfg));
+  input_layernorm = register_module("input_layernorm", RMSNorm(cfg.hidden_size(), cfg.rms_norm_eps()));
+  post_attention_layernorm =
+      register_module("post_attention_layernorm", RMSNorm(cfg.hidden_size(), cfg.rms_norm_eps()));
+}
+
+torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                                             const torch::Tensor& mask) {
+  const auto h = x + self_attn->forward(input_layernorm->forward(x), cos, sin, mask);
+  return h + mlp->forward(post_attention_layernorm->forward(h));
+}
+
+LlamaModelImpl::LlamaModelImpl(LlamaConfig cfg_) : cfg(std::move(cfg_)) {
+  cfg.validate();
+  reset();
+}
+
+void LlamaModelImpl::reset() {
+  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(cfg.vocab_size(), cfg.hidden_size()));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t l = 0; l < cfg.n_layer(); ++l) layers->push_back(LlamaDecoderLayer(cfg));
+  norm = register_module("norm", RMSNorm(cfg.hidden_size(), cfg.rms_norm_eps()));
+}
+
+torch::Tensor LlamaModelImpl::forward(const torch::Tensor& idx, const torch::Tensor& position_ids) {
+  ids.check(idx, "idx", cfg.vocab_size());
+  // On CUDA a bad id is reported later (IdCheck::raise); clamped, it cannot fault the device meanwhile.
+  auto x =
+      embed_tokens->weight.index_select(0, idx.is_cuda() ? idx.clamp(0, cfg.vocab_size() - 1).flatten() : idx.flatten())
+          .view({idx.size(0), idx.size(1), cfg.hidden_size()});
+  const auto positions =
+      position_ids.defined()
+          ? position_ids
+          : torch::arange(idx.size(1), idx.options()).unsqueeze(0).expand({idx.size(0), idx.size(1)});
+  const auto [cos, sin] = rope_tables(cfg, positions, x.scalar_type());
+  const auto mask = attention_mask(cfg, idx, position_ids);
+  for (const auto& layer : *layers) x = layer->as<LlamaDecoderLayerImpl>()->forward(x, cos, sin, mask);
+  return norm->forward(x);
+}
+
+LlamaImpl::LlamaImpl(LlamaConfig cfg_) : cfg(std::move(cfg_)) { reset(); }  // the body validates cfg
+
+void LlamaImpl::reset() {
+  model = register_module("model", LlamaModel(cfg));
+  if (!cfg.tie_word_embeddings())
+    lm_head = register_module("lm_head", linear(cfg.hidden_size(), cfg.vocab_size(), false));
+  torch::NoGradGuard no_grad;
+  for (auto& item : named_parameters()) {
+    const std::string& name = item.key();
+    torch::Tensor& p = item.value();
+    if (name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0) p.zero_();
+    else if (p.dim() == 1) p.fill_(1.0);  // the norms
+    else p.normal_(0.0, cfg.initializer_range());
+  }
+}
+
+torch::Tensor LlamaImpl::logits(const torch::Tensor& idx, const torch::Tensor& targets,
+                                const torch::Tensor& position_ids) {
+  detail::check_batch("Llama", idx, targets, position_ids, cfg.block_size(), cfg.vocab_size(), model->ids);
+  const auto h = model->forward(idx, position_ids);
+  return ops::linear(h, lm_head ? lm_head->weight : model->embed_tokens->weight);  // (B, T, V)
+}
+
+LlamaOutput LlamaImpl::forward(const torch::Tensor& idx, const torch::Tensor& targets,
+                               const torch::Tensor& position_ids) {
+  LlamaOutput out;
+  out.logits = logits(idx, targets, position_ids);
+  if (targets.defined()) out.loss = ops::cross_entropy(out.logits.flatten(0, 1), targets.flatten());
+  return out;
+}
+
+torch::Tensor LlamaImpl::loss(const torch::Tensor& idx, const torch::Tensor& targets,
+                              const torch::Tensor& position_ids) {
+  LLMTRAIN_CHECK(targets.defined(), "Llama::loss: targets are required");
+  return ops::cross_entropy(logits(idx, targets, position_ids).flatten(0, 1), targets.flatten(), kIgnoreIndex, -1,
+                            /*overwrite_logits=*/true);
+}
+
+void LlamaImpl::check_inputs(bool wait) { model->ids.raise(wait); }
+
+}  // namespace llmtrain::nn
