@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
+#include <torch/nn/module.h>
 #include <torch/types.h>
 
 #include <dirent.h>
@@ -112,6 +113,17 @@ inline int run_command(const std::string& cmd) { return std::system(cmd.c_str())
 /// The largest |a - b| as a double.
 inline double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+}
+
+/// The gradients of the module on the GPU, `gpu`, as those of its CPU copy `cpu` after the same
+/// backward: each within 1e-5 plus 1e-3 of the largest of its CPU gradient.
+inline void expect_gpu_gradients_match(torch::nn::Module& cpu, torch::nn::Module& gpu) {
+  const auto ref_params = cpu.named_parameters();
+  for (const auto& item : gpu.named_parameters()) {
+    const auto& expected = ref_params[item.key()].grad();
+    EXPECT_LT(max_abs_diff(item.value().grad().cpu(), expected), 1e-5 + 1e-3 * expected.abs().max().item<double>())
+        << item.key();
+  }
 }
 
 /// Checks autograd's gradient of the scalar f() with respect to `params` against central differences
