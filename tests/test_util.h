@@ -5,7 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
-#include <torch/nn/module.h>
+#include <torch/ordered_dict.h>
 #include <torch/types.h>
 
 #include <dirent.h>
@@ -115,14 +115,24 @@ inline double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
 }
 
-/// The gradients of the module on the GPU, `gpu`, as those of its CPU copy `cpu` after the same
-/// backward: each within 1e-5 plus 1e-3 of the largest of its CPU gradient.
-inline void expect_gpu_gradients_match(torch::nn::Module& cpu, torch::nn::Module& gpu) {
-  const auto ref_params = cpu.named_parameters();
-  for (const auto& item : gpu.named_parameters()) {
-    const auto& expected = ref_params[item.key()].grad();
-    EXPECT_LT(max_abs_diff(item.value().grad().cpu(), expected), 1e-5 + 1e-3 * expected.abs().max().item<double>())
-        << item.key();
+/// A model on the GPU, `gpu` (a clone of `cpu`), computes what it does on the CPU for ids and targets
+/// (B, T) on the CPU: logits within 1e-4, the loss within 1e-5, and after both losses' backward each
+/// gradient within 1e-5 plus 1e-3 of the largest of its CPU gradient. For a model whose forward(idx,
+/// targets) returns {logits, loss}.
+template <typename Cpu, typename Gpu>
+void expect_gpu_matches_cpu(Cpu& cpu, Gpu& gpu, const torch::Tensor& idx, const torch::Tensor& targets) {
+  const auto ref = cpu->forward(idx, targets);
+  const auto out = gpu->forward(idx.cuda(), targets.cuda());
+  const torch::Tensor ref_loss = ref.loss, loss = out.loss;
+  EXPECT_LT(max_abs_diff(out.logits.cpu(), ref.logits), 1e-4);
+  EXPECT_NEAR(loss.item<double>(), ref_loss.item<double>(), 1e-5);
+  ref_loss.backward();
+  loss.backward();
+  const torch::OrderedDict<std::string, torch::Tensor> ref_params = cpu->named_parameters();
+  for (const auto& item : gpu->named_parameters()) {
+    const torch::Tensor expected = ref_params[item.key()].grad();
+    const torch::Tensor grad = item.value().grad();
+    EXPECT_LT(max_abs_diff(grad.cpu(), expected), 1e-5 + 1e-3 * expected.abs().max().item<double>()) << item.key();
   }
 }
 

@@ -12,13 +12,6 @@
 
 namespace llmtrain::io {
 
-std::string hf_model_type(const std::string& dir) {
-  std::string path;
-  const json::Json j = json::parse(detail::read_hf_config(dir, &path), path);
-  const json::Object c(j, path);
-  return c.has("model_type") ? c.string("model_type") : "";
-}
-
 nn::LlamaConfig hf_llama_config(const std::string& dir) {
   std::string path;
   const std::string text = detail::read_hf_config(dir, &path);

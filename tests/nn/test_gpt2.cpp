@@ -248,13 +248,7 @@ TEST(GPT2, CudaMatchesCpu_CUDA) {
   const auto idx = random_tokens(3, 100, cfg.vocab_size());
   auto targets = random_tokens(3, 100, cfg.vocab_size());
   targets[1][7] = -100;
-  const auto ref = cpu(idx, targets);
-  const auto out = gpu->forward(idx.cuda(), targets.cuda());
-  EXPECT_LT(max_abs_diff(out.logits.cpu(), ref.logits), 1e-4);
-  EXPECT_NEAR(out.loss.item<double>(), ref.loss.item<double>(), 1e-5);
-  ref.loss.backward();
-  out.loss.backward();
-  llmtrain::testing::expect_gpu_gradients_match(*cpu, *gpu);
+  llmtrain::testing::expect_gpu_matches_cpu(cpu, gpu, idx, targets);
   // Bad ids are caught on the device too, without a wait: check_inputs() (or the next forward) reports
   // them, and the bad row is NaN in the meantime.
   auto bad = idx.cuda();

@@ -12,10 +12,6 @@
 
 namespace llmtrain::io {
 
-/// The model_type in `dir`'s config.json ("gpt2", "llama", ...; "" when it has none). Throws
-/// llmtrain::Error naming the file when there is none or it is not a JSON object.
-std::string hf_model_type(const std::string& dir);
-
 /// The shape config.json describes (transformers 4.x and 5.x forms). Throws llmtrain::Error naming the
 /// file and key for another model type, and for what llmtrain does not implement: another activation,
 /// MLP biases, tensor-parallel slices, Qwen2's sliding window, rope types other than default, linear
