@@ -15,7 +15,7 @@ test: build
 
 # The main job: tokenizer, shards, a small GPT-2 trained and sampled (see scripts/demo.sh; CORPUS=path).
 # It builds only the programs it runs; `make test` builds the rest.
-DEMO_TARGETS = train_tokenizer prepare_data train_gpt2 generate_gpt2
+DEMO_TARGETS = train_tokenizer prepare_data train generate
 demo:
 	LLMTRAIN_TARGETS="$(DEMO_TARGETS)" bash scripts/setup.sh
 	bash scripts/demo.sh

@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
       log.step(r);  // metrics.jsonl, the progress line
     }
     log.write_loss_curves();
-    lt::train::save_model_checkpoint(model, out + "/model");  // generate_gpt2 --checkpoint reads it
+    lt::train::save_model_checkpoint(model.ptr(), out + "/model");  // generate --checkpoint reads it
     std::printf("trained %lld steps; the model is in %s/model\n", static_cast<long long>(steps), out.c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train_loop: %s\n", llmtrain::describe(e).c_str());

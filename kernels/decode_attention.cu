@@ -23,14 +23,15 @@ __device__ __forceinline__ float rescale(float m, float m_new) { return m == -IN
 template <typename T, int L>
 __global__ void __launch_bounds__(kThreads)
     decode_attention_kernel(const T* __restrict__ qkv, int64_t qkv_stride, T* k_cache, T* v_cache,
-                            const int64_t* __restrict__ pos, int H, int64_t S, float scale_log2, T* __restrict__ out) {
+                            const int64_t* __restrict__ pos, int H, int KV, int64_t S, int64_t window, float scale_log2,
+                            T* __restrict__ out) {
   constexpr int P = 16 / sizeof(T), D = L * P, G = 32 / L, kStep = kWarps * G;
-  const int h = blockIdx.x;
+  const int h = blockIdx.x, kv = h / (H / KV);  // the key/value head this query head reads
   const int64_t b = blockIdx.y, C = int64_t(H) * D;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, sub = lane % L, slot = lane / L;
-  const T* q_row = qkv + b * qkv_stride + h * D;  // this head's q; its new k at + C, v at + 2 C
-  const T* k_new = q_row + C;
-  const T* v_new = q_row + 2 * C;
+  const T* q_row = qkv + b * qkv_stride + h * D;
+  const T* k_new = qkv + b * qkv_stride + C + int64_t(kv) * D;  // the row's new key and value of head kv
+  const T* v_new = k_new + int64_t(KV) * D;
   T* o = out + b * C + h * D;
   let_dependents_start();  // the output projection after may fetch its weights meanwhile
   wait_for_previous_kernel();
@@ -44,8 +45,8 @@ __global__ void __launch_bounds__(kThreads)
     }
     return;
   }
-  const int64_t head = (b * H + h) * S * D;
-  if (threadIdx.x < L) {
+  const int64_t head = (b * KV + kv) * S * D;
+  if (h % (H / KV) == 0 && threadIdx.x < L) {  // one query head of the group writes the cache
     const int c = threadIdx.x * P;
     *reinterpret_cast<Vec<T>*>(k_cache + head + p * D + c) = *reinterpret_cast<const Vec<T>*>(k_new + c);
     *reinterpret_cast<Vec<T>*>(v_cache + head + p * D + c) = *reinterpret_cast<const Vec<T>*>(v_new + c);
@@ -66,7 +67,8 @@ __global__ void __launch_bounds__(kThreads)
     m = m_new;
   };
   // base is the same for the whole warp, so every lane runs every iteration (the shuffles need them).
-  for (int64_t base = int64_t(warp) * G; base <= p; base += 2 * kStep) {
+  const int64_t first = window > 0 && p >= window ? p - window + 1 : 0;  // a sliding window's oldest key
+  for (int64_t base = first + int64_t(warp) * G; base <= p; base += 2 * kStep) {
     const int64_t t0 = base + slot, t1 = t0 + kStep;
     const bool ok0 = t0 <= p, ok1 = t1 <= p;
     float k0[P] = {}, v0[P] = {}, k1[P] = {}, v1[P] = {};
@@ -141,12 +143,13 @@ bool decode_attention_fits(DType dtype, int64_t D) {
 }
 
 cudaError_t launch_decode_attention(const void* qkv, int64_t qkv_stride, void* k_cache, void* v_cache,
-                                    const int64_t* pos, DType dtype, int64_t B, int64_t H, int64_t S, int64_t D,
-                                    void* out, cudaStream_t stream) {
+                                    const int64_t* pos, DType dtype, int64_t B, int64_t H, int64_t KV, int64_t S,
+                                    int64_t D, int64_t window, void* out, cudaStream_t stream) {
   if (B == 0) return cudaSuccess;
   const int64_t bytes = dtype == DType::kFloat32 ? 4 : 2;
-  if (H < 1 || S < 1 || B > 65535 || !decode_attention_fits(dtype, D) || (qkv_stride * bytes) % 16 != 0 ||
-      !is_aligned(qkv, 16) || !is_aligned(k_cache, 16) || !is_aligned(v_cache, 16) || !is_aligned(out, 16))
+  if (H < 1 || KV < 1 || H % KV != 0 || window < 0 || S < 1 || B > 65535 || !decode_attention_fits(dtype, D) ||
+      (qkv_stride * bytes) % 16 != 0 || !is_aligned(qkv, 16) || !is_aligned(k_cache, 16) || !is_aligned(v_cache, 16) ||
+      !is_aligned(out, 16))
     return cudaErrorInvalidValue;
   const float scale_log2 = float(1.4426950408889634 / std::sqrt(double(D)));
   const dim3 grid{static_cast<unsigned>(H), static_cast<unsigned>(B)};
@@ -155,8 +158,8 @@ cudaError_t launch_decode_attention(const void* qkv, int64_t qkv_stride, void* k
     using E = std::remove_pointer_t<decltype(t)>;
     const auto go = [&](auto kernel) {
       launched = launch_dependent(kernel, grid, dim3(kThreads), 0, stream, static_cast<const E*>(qkv), qkv_stride,
-                                  static_cast<E*>(k_cache), static_cast<E*>(v_cache), pos, int(H), S, scale_log2,
-                                  static_cast<E*>(out));
+                                  static_cast<E*>(k_cache), static_cast<E*>(v_cache), pos, int(H), int(KV), S, window,
+                                  scale_log2, static_cast<E*>(out));
     };
     switch (D / pack_elements(dtype)) {
       case 4: go(decode_attention_kernel<E, 4>); break;

@@ -18,14 +18,17 @@ namespace llmtrain::kernels {
 /// 16-byte packs, 4 to 32 (bf16 and fp16: D = 32, 64, 128, 256; float32: D = 16, 32, 64, 128).
 bool decode_attention_fits(DType dtype, int64_t D);
 
-/// For each row b and head h: writes the new key and value into the caches at position pos[b], then
-/// out[b, h] = softmax(q k[0..pos[b]]^T / sqrt(D)) v[0..pos[b]]. q, the new k and v are the row's
-/// fused projection [q | k | v], each H heads of D. A row whose pos lies outside [0, S) writes nothing
-/// to the caches and gets NaN. Pointers and qkv's row stride must be 16-byte aligned.
-cudaError_t launch_decode_attention(const void* qkv, int64_t qkv_stride,  // (B, 3 H D), rows qkv_stride apart
-                                    void* k_cache, void* v_cache,         // (B, H, S, D) contiguous each
+/// For each row b and query head h: writes the new key and value into the caches at position pos[b],
+/// then out[b, h] = softmax(q k[lo..pos[b]]^T / sqrt(D)) v[lo..pos[b]], lo = pos[b] - window + 1 when
+/// window > 0 (a sliding window), else 0. q, the new k and v are the row's fused projection
+/// [q | k | v]: H query heads of D, then KV key and value heads each (grouped-query attention: KV
+/// divides H, and query head h reads key/value head h / (H / KV)). A row whose pos lies outside
+/// [0, S) writes nothing to the caches and gets NaN. Pointers and qkv's row stride must be 16-byte
+/// aligned.
+cudaError_t launch_decode_attention(const void* qkv, int64_t qkv_stride,  // (B, (H + 2 KV) D), rows qkv_stride apart
+                                    void* k_cache, void* v_cache,         // (B, KV, S, D) contiguous each
                                     const int64_t* pos,                   // (B)
-                                    DType dtype, int64_t B, int64_t H, int64_t S, int64_t D,
+                                    DType dtype, int64_t B, int64_t H, int64_t KV, int64_t S, int64_t D, int64_t window,
                                     void* out,  // (B, H D)
                                     cudaStream_t stream);
 

@@ -6,7 +6,7 @@
 # runs/demo/model/loss.svg and prints a few samples. Set-up (packages, LibTorch, the build) is done by
 # `make build` before this runs.
 #   DEMO_OUT   the run's folder (default runs/demo)      DEMO_STEPS  training steps (default: the config's)
-#   DEMO_SET   more --set flags for train_gpt2            DEMO_DEVICE cpu or gpu (default: gpu when there is one)
+#   DEMO_SET   more --set flags for train            DEMO_DEVICE cpu or gpu (default: gpu when there is one)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -75,18 +75,18 @@ config=examples/configs/demo_${DEMO_DEVICE}.json
 say "training GPT-2 ($config)"
 start=$(date +%s)
 # shellcheck disable=SC2086
-"$bin/train_gpt2" --config "$config" --set out_dir="$out/model" --set data.train="$out/data/train_*.bin" \
+"$bin/train" --config "$config" --set out_dir="$out/model" --set data.train="$out/data/train_*.bin" \
   --set data.val="$out/data/val_*.bin" --set tokenizer.path="$out/tokenizer/sp.model" \
   ${DEMO_STEPS:+--set train.max_steps=$DEMO_STEPS} ${DEMO_SET:-}
 say "trained in $(($(date +%s) - start)) s; loss curves: $out/model/loss.svg, metrics: $out/model/metrics.jsonl"
-say "the run folder $out/model carries its tokenizer: generate_gpt2 --checkpoint $out/model needs nothing else"
+say "the run folder $out/model carries its tokenizer: generate --checkpoint $out/model needs nothing else"
 
 # ---- Samples ------------------------------------------------------------------------------------
 say "samples (temperature 0.8, top-k 40)"
 for seed in 1 2 3; do
   printf -- '--- sample %s ---\n' "$seed"
-  "$bin/generate_gpt2" --checkpoint "$out/model" --max-new-tokens 80 --temperature 0.8 --top-k 40 --seed "$seed"
+  "$bin/generate" --checkpoint "$out/model" --max-new-tokens 80 --temperature 0.8 --top-k 40 --seed "$seed"
 done
 printf -- '--- prompt "The meaning of life" ---\n'
-"$bin/generate_gpt2" --checkpoint "$out/model" --prompt "The meaning of life" --max-new-tokens 60 --temperature 0.8 \
+"$bin/generate" --checkpoint "$out/model" --prompt "The meaning of life" --max-new-tokens 60 --temperature 0.8 \
   --top-k 40 --seed 7

@@ -14,7 +14,7 @@
 # checked; SANITIZE_TIMEOUT seconds each, default 420) and says what each reported. `flaky` runs the
 # layer-norm kernel test under load (FLAKY_JOBS copies at a time, FLAKY_REPEAT shuffled repeats each,
 # every repeat with new inputs) and counts the failures. `hfgen` takes the model `converge` trained,
-# exports it as a Hugging Face folder and compares 64 greedy tokens in bf16 on the GPU: generate_gpt2's
+# exports it as a Hugging Face folder and compares 64 greedy tokens in bf16 on the GPU: generate's
 # (KV cache, CUDA graph; from the native checkpoint and from the folder) against transformers'.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -48,10 +48,10 @@ for part in $parts; do
     hfgen)
       prompt="[3666, 5891, 4841]"  # "My fellow Americans"
       rm -rf runs/sotu_hf
-      timed convert build/bin/convert_checkpoint --from native runs/sotu_gpt2_124m --to hf runs/sotu_hf
+      timed convert build/bin/convert --from native runs/sotu_gpt2_124m --to hf runs/sotu_hf
       for from in native hf; do
         src=runs/sotu_gpt2_124m; [ $from = hf ] && src=runs/sotu_hf
-        timed "gen_$from" build/bin/generate_gpt2 --checkpoint $src --prompt-ids "$prompt" --max-new-tokens 64 \
+        timed "gen_$from" build/bin/generate --checkpoint $src --prompt-ids "$prompt" --max-new-tokens 64 \
           --temperature 0 --stop-ids "[]" --format ids
       done
       timed gen_transformers python3 tests/python/hf_gpt2_peer.py greedy runs/sotu_hf "$prompt" 64 \
@@ -71,14 +71,14 @@ PY
     converge)
       prepare
       rm -rf runs/sotu_gpt2_124m
-      timed converge build/bin/train_gpt2 --config examples/configs/sotu_gpt2_124m.json
+      timed converge build/bin/train --config examples/configs/sotu_gpt2_124m.json
       grep -E 'val loss|step 300/' "$log/converge.log" | tee -a "$log/summary.txt"
       cp runs/sotu_gpt2_124m/metrics.jsonl "$log/converge_metrics.jsonl" 2>/dev/null ;;
     seeds)
       prepare
       for seed in ${CONVERGE_SEEDS:-1337 1 2 3 4 5}; do
         rm -rf "runs/seed_$seed"
-        timed "seed_$seed" build/bin/train_gpt2 --config examples/configs/sotu_gpt2_124m.json --set train.seed=$seed \
+        timed "seed_$seed" build/bin/train --config examples/configs/sotu_gpt2_124m.json --set train.seed=$seed \
           --set checkpoint.every=0 --set out_dir=runs/seed_$seed
         say "seed $seed: $(grep -E 'val loss' "$log/seed_$seed.log" | tail -1)"
       done ;;

@@ -19,6 +19,7 @@
 
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/fs.h"
+#include "llmtrain/nn/gpt2.h"
 
 namespace llmtrain::testing {
 
@@ -111,6 +112,13 @@ inline bool data_required() {
 inline int run_command(const std::string& cmd) { return std::system(cmd.c_str()); }
 
 /// The largest |a - b| as a double.
+/// A model that is GPT-2 (as load_model returns it), as its module, for tests that reach inside.
+inline nn::GPT2 as_gpt2(const std::shared_ptr<nn::CausalLM>& model) {
+  auto gpt2 = std::dynamic_pointer_cast<nn::GPT2Impl>(model);
+  EXPECT_TRUE(gpt2) << "not a GPT-2 model";
+  return nn::GPT2(gpt2);
+}
+
 inline double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
 }

@@ -9,5 +9,6 @@
 #include "llmtrain/data/prepare.h"
 #include "llmtrain/data/shard.h"
 #include "llmtrain/tokenizer/gpt2_bpe.h"
+#include "llmtrain/tokenizer/hf_tokenizer.h"
 #include "llmtrain/tokenizer/sentencepiece.h"
 #include "llmtrain/tokenizer/tokenizer.h"

@@ -56,7 +56,7 @@ torch::Tensor sample(const torch::Tensor& logits, const SamplingOptions& o, at::
 }
 
 struct Generator::Impl {
-  nn::GPT2 model{nullptr};
+  std::shared_ptr<nn::CausalLM> model;
   GeneratorOptions options;
   nn::KVCache cache;
   torch::Tensor idx, pos;  // (B) int64: the decode step's tokens and their positions
@@ -75,9 +75,9 @@ struct Generator::Impl {
       return;
     int64_t capacity = 64;
     while (capacity < needed) capacity *= 2;
-    capacity = std::min(capacity, model->cfg.block_size());
+    capacity = std::min(capacity, model->block_size());
     cache = {};  // the old one's memory first
-    cache = nn::KVCache(model->cfg, B, capacity, dtype, device);
+    cache = model->make_cache(B, capacity, dtype, device);
     const auto ids = torch::TensorOptions().dtype(torch::kLong).device(device);
     idx = torch::zeros({B}, ids);
     pos = torch::zeros({B}, ids);
@@ -122,7 +122,8 @@ struct Generator::Impl {
   }
 };
 
-Generator::Generator(nn::GPT2 model, GeneratorOptions options) : impl_(std::make_unique<Impl>()) {
+Generator::Generator(std::shared_ptr<nn::CausalLM> model, GeneratorOptions options) : impl_(std::make_unique<Impl>()) {
+  LLMTRAIN_CHECK(model, "Generator: no model");
   impl_->model = std::move(model);
   impl_->options = options;
 }
@@ -133,11 +134,11 @@ std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vec
                                                       int64_t max_new_tokens, const SamplingOptions& options,
                                                       const OnToken& on_token) {
   Impl& d = *impl_;
-  auto& model = d.model;
+  nn::CausalLM& model = *d.model;
   check(options);
   LLMTRAIN_CHECK(!prompts.empty(), "generate: no prompts");
   LLMTRAIN_CHECK(max_new_tokens >= 0, "generate: max_new_tokens must be >= 0, got ", max_new_tokens);
-  const int64_t B = int64_t(prompts.size()), block = model->cfg.block_size();
+  const int64_t B = int64_t(prompts.size()), block = model.block_size();
   int64_t longest = 0;
   for (size_t b = 0; b < prompts.size(); ++b) {
     LLMTRAIN_CHECK(!prompts[b].empty(), "generate: prompt ", b,
@@ -150,17 +151,18 @@ std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vec
   std::vector<std::vector<int32_t>> out(static_cast<size_t>(B));
   if (max_new_tokens == 0) return out;
 
-  const bool was_training = model->is_training();
-  model->eval();
+  torch::nn::Module& module = model.module();
+  const bool was_training = module.is_training();
+  module.eval();
   struct Restore {
-    nn::GPT2& m;
+    torch::nn::Module& m;
     bool train;
     ~Restore() {
-      if (train) m->train();
+      if (train) m.train();
     }
-  } restore{model, was_training};
+  } restore{module, was_training};
   torch::NoGradGuard no_grad;
-  const auto& w = model->transformer->wte->weight;
+  const torch::Tensor w = module.parameters().front();  // the model's dtype and device
   const torch::Device device = w.device();
   d.ensure_cache(B, longest + max_new_tokens - 1, w.scalar_type(), device);
 
@@ -174,8 +176,8 @@ std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vec
   };
   const torch::Tensor length = to_device(lengths, {B});
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(options.seed);
-  const torch::Tensor first = model->prefill(to_device(padded, {B, longest}), length, d.cache);
-  model->check_inputs();  // a prompt id outside the vocabulary (CUDA checks it on the device)
+  const torch::Tensor first = model.prefill(to_device(padded, {B, longest}), length, d.cache);
+  model.check_inputs(/*wait=*/true);  // a prompt id outside the vocabulary (CUDA checks it on the device)
 
   // Step s's tokens wait in host[s % 2] until ready[s % 2] has passed.
   torch::Tensor host[2];
@@ -227,9 +229,10 @@ std::vector<std::vector<int32_t>> Generator::generate(const std::vector<std::vec
   return out;
 }
 
-std::vector<int32_t> generate(nn::GPT2& model, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
-                              const SamplingOptions& options, const std::function<void(int32_t)>& on_token) {
-  Generator g(model);
+std::vector<int32_t> generate(std::shared_ptr<nn::CausalLM> model, const std::vector<int32_t>& prompt,
+                              int64_t max_new_tokens, const SamplingOptions& options,
+                              const std::function<void(int32_t)>& on_token) {
+  Generator g(std::move(model));
   std::vector<int32_t> ids = prompt;
   const auto fresh = g.generate({prompt}, max_new_tokens, options, [&](int64_t, int32_t id) {
     if (on_token) on_token(id);

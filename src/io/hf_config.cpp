@@ -40,6 +40,18 @@ nn::GPT2Config parse_hf_gpt2_config(const std::string& text, const std::string& 
   return cfg;
 }
 
+nn::ModelSpec parse_hf_model_config(const std::string& text, const std::string& path) {
+  const json::Json j = json::parse(text, path);
+  const json::Object c(j, path);
+  const std::string type = c.has("model_type") ? c.string("model_type") : "";
+  if (type == "gpt2") return parse_hf_gpt2_config(text, path);
+  nn::LlamaFamily family{};
+  LLMTRAIN_CHECK(Choice<nn::LlamaFamily>::find(type, &family), path, ": model_type ",
+                 type.empty() ? "(missing)" : "\"" + type + "\"", " is not a family llmtrain implements (gpt2, ",
+                 Choice<nn::LlamaFamily>::names(), ")");
+  return parse_hf_llama_config(text, path);
+}
+
 nn::LlamaConfig parse_hf_llama_config(const std::string& text, const std::string& path) {
   using nn::LlamaConfig;
   const json::Json j = json::parse(text, path);

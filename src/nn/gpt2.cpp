@@ -134,20 +134,6 @@ std::pair<torch::Tensor, torch::Tensor> BlockImpl::decode_residual(const torch::
   return {h, ops::linear(f, ff.c_proj->weight, ff.c_proj->bias)};
 }
 
-// ---- KVCache ------------------------------------------------------------------------------------
-
-KVCache::KVCache(const GPT2Config& cfg, int64_t batch, int64_t capacity, torch::ScalarType dtype,
-                 torch::Device device) {
-  LLMTRAIN_CHECK(batch >= 1, "KVCache: batch must be positive, got ", batch);
-  LLMTRAIN_CHECK(capacity >= 1 && capacity <= cfg.block_size(), "KVCache: capacity ", capacity,
-                 " is outside [1, block_size ", cfg.block_size(), "]");
-  const auto options = torch::TensorOptions().dtype(dtype).device(device);
-  for (int64_t i = 0; i < cfg.n_layer(); ++i) {
-    k.push_back(torch::zeros({batch, cfg.n_head(), capacity, cfg.head_dim()}, options));
-    v.push_back(torch::zeros_like(k.back()));
-  }
-}
-
 // ---- GPT2Transformer ----------------------------------------------------------------------------
 
 GPT2TransformerImpl::GPT2TransformerImpl(GPT2Config cfg_) : cfg(std::move(cfg_)) {
@@ -245,35 +231,20 @@ torch::Tensor GPT2Impl::loss(const torch::Tensor& idx, const torch::Tensor& targ
                             /*overwrite_logits=*/true);
 }
 
-void GPT2Impl::check_inputs(bool wait) { transformer->ids.raise(wait); }
-
-namespace {
-
-void check_cache(const GPT2Config& cfg, const KVCache& cache, int64_t B, const torch::Device& device,
-                 const char* what) {
-  LLMTRAIN_CHECK(int64_t(cache.k.size()) == cfg.n_layer() && cache.v.size() == cache.k.size(), "GPT2::", what,
-                 ": the cache has ", cache.k.size(), " layers, the model ", cfg.n_layer());
-  LLMTRAIN_CHECK(cache.batch() == B, "GPT2::", what, ": the cache holds ", cache.batch(), " rows, the batch has ", B);
-  LLMTRAIN_CHECK(cache.k[0].device() == device, "GPT2::", what, ": the cache is on ", cache.k[0].device(),
-                 ", the ids on ", device);
+torch::Tensor GPT2Impl::logits(const torch::Tensor& idx, const torch::Tensor& position_ids) {
+  return forward(idx, {}, position_ids).logits;
 }
 
-}  // namespace
+void GPT2Impl::check_inputs(bool wait) { transformer->ids.raise(wait); }
+
+KVCache GPT2Impl::make_cache(int64_t batch, int64_t capacity, torch::ScalarType dtype, torch::Device device) const {
+  detail::check_cache_size("GPT2", capacity, cfg.block_size());
+  return KVCache(cfg.n_layer(), batch, cfg.n_head(), capacity, cfg.head_dim(), dtype, device);
+}
 
 torch::Tensor GPT2Impl::prefill(const torch::Tensor& idx, const torch::Tensor& lengths, KVCache& cache) {
-  LLMTRAIN_CHECK(idx.dim() == 2 && idx.scalar_type() == torch::kLong, "GPT2::prefill: idx must be (B, T) int64, got ",
-                 idx.sizes(), " ", idx.scalar_type());
-  const int64_t B = idx.size(0), T = idx.size(1), C = cfg.n_embd();
-  LLMTRAIN_CHECK(T >= 1 && T <= cache.capacity() && T <= cfg.block_size(), "GPT2::prefill: prompt length ", T,
-                 " is outside [1, ", std::min(cache.capacity(), cfg.block_size()), "] (the cache's capacity ",
-                 cache.capacity(), ", block_size ", cfg.block_size(), ")");
-  LLMTRAIN_CHECK(lengths.dim() == 1 && lengths.size(0) == B && lengths.scalar_type() == torch::kLong &&
-                     lengths.device() == idx.device(),
-                 "GPT2::prefill: lengths must be (", B, ") int64 on ", idx.device(), ", got ", lengths.sizes(), " ",
-                 lengths.scalar_type(), " on ", lengths.device());
-  check_cache(cfg, cache, B, idx.device(), "prefill");
-  LLMTRAIN_CHECK(B == 0 || (lengths.min().item<int64_t>() >= 1 && lengths.max().item<int64_t>() <= T),
-                 "GPT2::prefill: every length must lie in [1, ", T, "]");
+  detail::check_prefill("GPT2", idx, lengths, cache, cfg.n_layer(), cfg.block_size());
+  const int64_t B = idx.size(0), C = cfg.n_embd();
   torch::NoGradGuard no_grad;
   transformer->ids.raise(/*wait=*/false);
   const torch::Tensor x = transformer(idx, &cache);                                                    // (B, T, C)
@@ -282,14 +253,8 @@ torch::Tensor GPT2Impl::prefill(const torch::Tensor& idx, const torch::Tensor& l
 }
 
 torch::Tensor GPT2Impl::decode(const torch::Tensor& idx, const torch::Tensor& positions, KVCache& cache) {
-  LLMTRAIN_CHECK(idx.dim() == 1 && idx.scalar_type() == torch::kLong, "GPT2::decode: idx must be (B) int64, got ",
-                 idx.sizes(), " ", idx.scalar_type());
+  detail::check_decode("GPT2", idx, positions, cache, cfg.n_layer());
   const int64_t B = idx.size(0);
-  LLMTRAIN_CHECK(
-      positions.sizes() == idx.sizes() && positions.scalar_type() == torch::kLong && positions.device() == idx.device(),
-      "GPT2::decode: positions must be (", B, ") int64 on ", idx.device(), ", got ", positions.sizes(), " ",
-      positions.scalar_type(), " on ", positions.device());
-  check_cache(cfg, cache, B, idx.device(), "decode");
   torch::NoGradGuard no_grad;
   const auto [x, delta] = transformer->forward_residual(idx.view({B, 1}), &cache, positions);  // (B, 1, C) each
   const auto& ln = transformer->ln_f;
@@ -297,16 +262,6 @@ torch::Tensor GPT2Impl::decode(const torch::Tensor& idx, const torch::Tensor& po
       ops::norm_linear(x, delta, ln->weight, ln->bias, ln->options.eps(), transformer->wte->weight, {}, /*gelu=*/false)
           .second;  // (B, 1, padded V)
   return logits.view({B, -1}).narrow(-1, 0, cfg.vocab_size());
-}
-
-int64_t GPT2Impl::num_parameters() const {
-  int64_t n = 0;
-  for (const auto& p : parameters()) n += p.numel();
-  return n - (cfg.padded_vocab_size() - cfg.vocab_size()) * cfg.n_embd();
-}
-
-double GPT2Impl::flops_per_token(int64_t seq_len) const {
-  return 6.0 * double(num_parameters()) + 12.0 * double(cfg.n_layer() * cfg.n_embd() * seq_len);
 }
 
 }  // namespace llmtrain::nn

@@ -66,6 +66,14 @@ int64_t GPT2Config::stored_parameters() const {
   return add_checked(n, 2 * C, what);
 }
 
+int64_t GPT2Config::num_parameters() const {
+  return stored_parameters() - (padded_vocab_size() - vocab_size()) * n_embd();
+}
+
+double GPT2Config::flops_per_token(int64_t seq_len) const {
+  return 6.0 * double(num_parameters()) + 12.0 * double(n_layer()) * double(n_embd()) * double(seq_len);
+}
+
 void GPT2Config::validate() const {
   const auto in_range = [](const char* name, int64_t v, int64_t max) {
     LLMTRAIN_CHECK(v > 0 && v <= max, "GPT2Config: ", name, " must be in [1, ", max, "], got ", v);

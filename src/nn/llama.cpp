@@ -110,18 +110,34 @@ void LlamaAttentionImpl::reset() {
 }
 
 torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                                          const torch::Tensor& mask) {
+                                          const torch::Tensor& mask, const LayerCache* cache) {
   const int64_t B = x.size(0), T = x.size(1), D = cfg.resolved_head_dim(), H = cfg.n_head(), KV = cfg.n_kv_head();
   const auto heads = [&](const torch::Tensor& t, int64_t n) { return t.view({B, T, n, D}).transpose(1, 2); };
   auto q = rotate(heads(project(q_proj, x), H), cos, sin);
   auto k = rotate(heads(project(k_proj, x), KV), cos, sin);
   auto v = heads(project(v_proj, x), KV);
+  if (cache) {  // a prefill: positions [0, T) of every row
+    cache->k.narrow(2, 0, T).copy_(k);
+    cache->v.narrow(2, 0, T).copy_(v);
+  }
   if (KV != H) {  // each key and value head serves H / KV query heads in a row
     k = k.repeat_interleave(H / KV, 1);
     v = v.repeat_interleave(H / KV, 1);
   }
   const auto y = ops::attention(q, k, v, is_training() ? cfg.dropout() : 0.0, mask);  // (B, H, T, D)
   return project(o_proj, y.transpose(1, 2).reshape({B, T, H * D}));
+}
+
+torch::Tensor LlamaAttentionImpl::decode(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                                         const LayerCache& cache) {
+  const int64_t B = x.size(0), D = cfg.resolved_head_dim(), H = cfg.n_head(), KV = cfg.n_kv_head();
+  const auto heads = [&](const torch::Tensor& t, int64_t n) { return t.view({B, n, 1, D}); };  // T = 1
+  const auto q = rotate(heads(project(q_proj, x), H), cos, sin);
+  const auto k = rotate(heads(project(k_proj, x), KV), cos, sin);
+  // The kernel's one input: the row's [q | k | v].
+  const auto qkv = torch::cat({q.reshape({B, H * D}), k.reshape({B, KV * D}), project(v_proj, x).view({B, KV * D})}, 1);
+  const auto y = ops::decode_attention(qkv, cache.k, cache.v, cache.positions, cfg.sliding_window());
+  return project(o_proj, y.view({B, 1, H * D}));
 }
 
 LlamaMLPImpl::LlamaMLPImpl(LlamaConfig cfg_) : cfg(std::move(cfg_)) { reset(); }
@@ -148,8 +164,14 @@ void LlamaDecoderLayerImpl::reset() {
 }
 
 torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                                             const torch::Tensor& mask) {
-  const auto h = x + self_attn->forward(input_layernorm->forward(x), cos, sin, mask);
+                                             const torch::Tensor& mask, const LayerCache* cache) {
+  const auto h = x + self_attn->forward(input_layernorm->forward(x), cos, sin, mask, cache);
+  return h + mlp->forward(post_attention_layernorm->forward(h));
+}
+
+torch::Tensor LlamaDecoderLayerImpl::decode(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                                            const LayerCache& cache) {
+  const auto h = x + self_attn->decode(input_layernorm->forward(x), cos, sin, cache);
   return h + mlp->forward(post_attention_layernorm->forward(h));
 }
 
@@ -165,7 +187,7 @@ void LlamaModelImpl::reset() {
   norm = register_module("norm", RMSNorm(cfg.hidden_size(), cfg.rms_norm_eps()));
 }
 
-torch::Tensor LlamaModelImpl::forward(const torch::Tensor& idx, const torch::Tensor& position_ids) {
+torch::Tensor LlamaModelImpl::forward(const torch::Tensor& idx, const torch::Tensor& position_ids, KVCache* cache) {
   ids.check(idx, "idx", cfg.vocab_size());
   // On CUDA a bad id is reported later (IdCheck::raise); clamped, it cannot fault the device meanwhile.
   auto x =
@@ -177,7 +199,20 @@ torch::Tensor LlamaModelImpl::forward(const torch::Tensor& idx, const torch::Ten
           : torch::arange(idx.size(1), idx.options()).unsqueeze(0).expand({idx.size(0), idx.size(1)});
   const auto [cos, sin] = rope_tables(cfg, positions, x.scalar_type());
   const auto mask = attention_mask(cfg, idx, position_ids);
-  for (const auto& layer : *layers) x = layer->as<LlamaDecoderLayerImpl>()->forward(x, cos, sin, mask);
+  for (size_t l = 0; l < layers->size(); ++l) {
+    LayerCache layer;
+    if (cache) layer = {cache->k[l], cache->v[l], {}};
+    x = layers[l]->as<LlamaDecoderLayerImpl>()->forward(x, cos, sin, mask, cache ? &layer : nullptr);
+  }
+  return norm->forward(x);
+}
+
+torch::Tensor LlamaModelImpl::decode(const torch::Tensor& idx, const torch::Tensor& positions, KVCache& cache) {
+  const int64_t B = idx.size(0);
+  auto x = embed_tokens->weight.index_select(0, idx).view({B, 1, cfg.hidden_size()});  // sampled: in range
+  const auto [cos, sin] = rope_tables(cfg, positions.view({B, 1}), x.scalar_type());   // (B, 1, 1, D)
+  for (size_t l = 0; l < layers->size(); ++l)
+    x = layers[l]->as<LlamaDecoderLayerImpl>()->decode(x, cos, sin, {cache.k[l], cache.v[l], positions});
   return norm->forward(x);
 }
 
@@ -197,17 +232,20 @@ void LlamaImpl::reset() {
   }
 }
 
-torch::Tensor LlamaImpl::logits(const torch::Tensor& idx, const torch::Tensor& targets,
-                                const torch::Tensor& position_ids) {
+torch::Tensor LlamaImpl::head(const torch::Tensor& h) {
+  return ops::linear(h, lm_head ? lm_head->weight : model->embed_tokens->weight);
+}
+
+torch::Tensor LlamaImpl::checked_logits(const torch::Tensor& idx, const torch::Tensor& targets,
+                                        const torch::Tensor& position_ids) {
   detail::check_batch("Llama", idx, targets, position_ids, cfg.block_size(), cfg.vocab_size(), model->ids);
-  const auto h = model->forward(idx, position_ids);
-  return ops::linear(h, lm_head ? lm_head->weight : model->embed_tokens->weight);  // (B, T, V)
+  return head(model->forward(idx, position_ids));  // (B, T, V)
 }
 
 LlamaOutput LlamaImpl::forward(const torch::Tensor& idx, const torch::Tensor& targets,
                                const torch::Tensor& position_ids) {
   LlamaOutput out;
-  out.logits = logits(idx, targets, position_ids);
+  out.logits = checked_logits(idx, targets, position_ids);
   if (targets.defined()) out.loss = ops::cross_entropy(out.logits.flatten(0, 1), targets.flatten());
   return out;
 }
@@ -215,10 +253,35 @@ LlamaOutput LlamaImpl::forward(const torch::Tensor& idx, const torch::Tensor& ta
 torch::Tensor LlamaImpl::loss(const torch::Tensor& idx, const torch::Tensor& targets,
                               const torch::Tensor& position_ids) {
   LLMTRAIN_CHECK(targets.defined(), "Llama::loss: targets are required");
-  return ops::cross_entropy(logits(idx, targets, position_ids).flatten(0, 1), targets.flatten(), kIgnoreIndex, -1,
-                            /*overwrite_logits=*/true);
+  return ops::cross_entropy(checked_logits(idx, targets, position_ids).flatten(0, 1), targets.flatten(), kIgnoreIndex,
+                            -1, /*overwrite_logits=*/true);
+}
+
+torch::Tensor LlamaImpl::logits(const torch::Tensor& idx, const torch::Tensor& position_ids) {
+  return checked_logits(idx, {}, position_ids);
 }
 
 void LlamaImpl::check_inputs(bool wait) { model->ids.raise(wait); }
+
+KVCache LlamaImpl::make_cache(int64_t batch, int64_t capacity, torch::ScalarType dtype, torch::Device device) const {
+  detail::check_cache_size("Llama", capacity, cfg.block_size());
+  return KVCache(cfg.n_layer(), batch, cfg.n_kv_head(), capacity, cfg.resolved_head_dim(), dtype, device);
+}
+
+torch::Tensor LlamaImpl::prefill(const torch::Tensor& idx, const torch::Tensor& lengths, KVCache& cache) {
+  detail::check_prefill("Llama", idx, lengths, cache, cfg.n_layer(), cfg.block_size());
+  const int64_t B = idx.size(0), C = cfg.hidden_size();
+  torch::NoGradGuard no_grad;
+  model->ids.raise(/*wait=*/false);
+  const auto h = model->forward(idx, {}, &cache);                                             // (B, T, C)
+  const auto last = h.gather(1, (lengths - 1).view({B, 1, 1}).expand({B, 1, C})).squeeze(1);  // (B, C)
+  return head(last);
+}
+
+torch::Tensor LlamaImpl::decode(const torch::Tensor& idx, const torch::Tensor& positions, KVCache& cache) {
+  detail::check_decode("Llama", idx, positions, cache, cfg.n_layer());
+  torch::NoGradGuard no_grad;
+  return head(model->decode(idx, positions, cache)).view({idx.size(0), cfg.vocab_size()});
+}
 
 }  // namespace llmtrain::nn

@@ -1,5 +1,7 @@
 #include "lm_inputs.h"
 
+#include <algorithm>
+
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/types.h"
 #include "llmtrain/ops/dispatch.h"
@@ -36,6 +38,54 @@ void check_batch(const char* owner, const torch::Tensor& idx, const torch::Tenso
           ": position_ids must count 0, 1, 2, ... within each document of a row, starting at 0");
     }
   }
+}
+
+void check_cache_size(const char* owner, int64_t capacity, int64_t block_size) {
+  LLMTRAIN_CHECK(capacity >= 1 && capacity <= block_size, owner, ": a KV cache's capacity ", capacity,
+                 " is outside [1, block_size ", block_size, "]");
+}
+
+namespace {
+
+void check_cache(const char* owner, const char* what, const KVCache& cache, int64_t B, const torch::Device& device,
+                 int64_t layers) {
+  LLMTRAIN_CHECK(int64_t(cache.k.size()) == layers && cache.v.size() == cache.k.size(), owner, "::", what,
+                 ": the cache has ", cache.k.size(), " layers, the model ", layers);
+  LLMTRAIN_CHECK(cache.batch() == B, owner, "::", what, ": the cache holds ", cache.batch(), " rows, the batch has ",
+                 B);
+  LLMTRAIN_CHECK(cache.k[0].device() == device, owner, "::", what, ": the cache is on ", cache.k[0].device(),
+                 ", the ids on ", device);
+}
+
+}  // namespace
+
+void check_prefill(const char* owner, const torch::Tensor& idx, const torch::Tensor& lengths, const KVCache& cache,
+                   int64_t layers, int64_t block_size) {
+  LLMTRAIN_CHECK(idx.dim() == 2 && idx.scalar_type() == torch::kLong, owner,
+                 "::prefill: idx must be (B, T) int64, got ", idx.sizes(), " ", idx.scalar_type());
+  const int64_t B = idx.size(0), T = idx.size(1);
+  LLMTRAIN_CHECK(T >= 1 && T <= cache.capacity() && T <= block_size, owner, "::prefill: prompt length ", T,
+                 " is outside [1, ", std::min(cache.capacity(), block_size), "] (the cache's capacity ",
+                 cache.capacity(), ", block_size ", block_size, ")");
+  LLMTRAIN_CHECK(lengths.dim() == 1 && lengths.size(0) == B && lengths.scalar_type() == torch::kLong &&
+                     lengths.device() == idx.device(),
+                 owner, "::prefill: lengths must be (", B, ") int64 on ", idx.device(), ", got ", lengths.sizes(), " ",
+                 lengths.scalar_type(), " on ", lengths.device());
+  check_cache(owner, "prefill", cache, B, idx.device(), layers);
+  LLMTRAIN_CHECK(B == 0 || (lengths.min().item<int64_t>() >= 1 && lengths.max().item<int64_t>() <= T), owner,
+                 "::prefill: every length must lie in [1, ", T, "]");
+}
+
+void check_decode(const char* owner, const torch::Tensor& idx, const torch::Tensor& positions, const KVCache& cache,
+                  int64_t layers) {
+  LLMTRAIN_CHECK(idx.dim() == 1 && idx.scalar_type() == torch::kLong, owner, "::decode: idx must be (B) int64, got ",
+                 idx.sizes(), " ", idx.scalar_type());
+  const int64_t B = idx.size(0);
+  LLMTRAIN_CHECK(
+      positions.sizes() == idx.sizes() && positions.scalar_type() == torch::kLong && positions.device() == idx.device(),
+      owner, "::decode: positions must be (", B, ") int64 on ", idx.device(), ", got ", positions.sizes(), " ",
+      positions.scalar_type(), " on ", positions.device());
+  check_cache(owner, "decode", cache, B, idx.device(), layers);
 }
 
 }  // namespace llmtrain::nn::detail

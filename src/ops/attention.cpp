@@ -40,13 +40,17 @@ at::Tensor document_mask(const at::Tensor& positions) {
 }
 
 at::Tensor decode_attention(const at::Tensor& qkv, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                            const at::Tensor& positions) {
+                            const at::Tensor& positions, int64_t window) {
   LLMTRAIN_CHECK(k_cache.dim() == 4 && v_cache.sizes() == k_cache.sizes(),
-                 "decode_attention: k_cache and v_cache must be one (B, H, S, D) shape, got ", k_cache.sizes(), " and ",
-                 v_cache.sizes());
-  const int64_t B = k_cache.size(0), H = k_cache.size(1), S = k_cache.size(2), D = k_cache.size(3), C = H * D;
-  LLMTRAIN_CHECK(qkv.dim() == 2 && qkv.size(0) == B && qkv.size(1) == 3 * C, "decode_attention: qkv must be (", B, ", ",
-                 3 * C, ") for caches ", k_cache.sizes(), ", got ", qkv.sizes());
+                 "decode_attention: k_cache and v_cache must be one (B, KV, S, D) shape, got ", k_cache.sizes(),
+                 " and ", v_cache.sizes());
+  const int64_t B = k_cache.size(0), KV = k_cache.size(1), S = k_cache.size(2), D = k_cache.size(3);
+  const int64_t H = qkv.dim() == 2 && D > 0 && qkv.size(1) % D == 0 ? qkv.size(1) / D - 2 * KV : 0;
+  LLMTRAIN_CHECK(qkv.dim() == 2 && qkv.size(0) == B && KV > 0 && H >= KV && H % KV == 0,
+                 "decode_attention: qkv must be (", B, ", (H + 2 x ", KV, ") x ", D,
+                 ") with H a multiple of the caches' ", KV, " heads, for caches ", k_cache.sizes(), ", got ",
+                 qkv.sizes());
+  LLMTRAIN_CHECK(window >= 0, "decode_attention: window must be >= 0 (0: none), got ", window);
   LLMTRAIN_CHECK(positions.dim() == 1 && positions.size(0) == B && positions.scalar_type() == at::kLong,
                  "decode_attention: positions must be (", B, ") int64, got ", positions.sizes(), " ",
                  positions.scalar_type());
@@ -61,19 +65,24 @@ at::Tensor decode_attention(const at::Tensor& qkv, const at::Tensor& k_cache, co
                  "decode_attention has no backward; call it under torch::NoGradGuard");
 #if LLMTRAIN_WITH_CUDA
   if (cuda_kernel_enabled(Kernel::kDecodeAttention) && cuda::decode_attention_supported(qkv, k_cache, v_cache))
-    return cuda::decode_attention(qkv, k_cache, v_cache, positions);
+    return cuda::decode_attention(qkv, k_cache, v_cache, positions, window);
 #endif
   if (!positions.is_cuda() && B > 0) {
     const int64_t lo = positions.min().item<int64_t>(), hi = positions.max().item<int64_t>();
     LLMTRAIN_CHECK(lo >= 0 && hi < S, "decode_attention: positions must lie in [0, ", S,
                    "), the cache's length; they span [", lo, ", ", hi, "]");
   }
-  const auto heads = [&](int64_t part) { return qkv.narrow(1, part * C, C).view({B, H, 1, D}); };
-  const at::Tensor at_pos = positions.view({B, 1, 1, 1}).expand({B, H, 1, D});
-  k_cache.scatter_(2, at_pos, heads(1));
-  v_cache.scatter_(2, at_pos, heads(2));
-  const at::Tensor mask = at::arange(S, positions.options()).view({1, S}).le(positions.view({B, 1}));  // (B, S)
-  return at::scaled_dot_product_attention(heads(0), k_cache, v_cache, mask.view({B, 1, 1, S})).view({B, C});
+  const auto heads = [&](int64_t at, int64_t n) { return qkv.narrow(1, at * D, n * D).view({B, n, 1, D}); };
+  const at::Tensor at_pos = positions.view({B, 1, 1, 1}).expand({B, KV, 1, D});
+  k_cache.scatter_(2, at_pos, heads(H, KV));
+  v_cache.scatter_(2, at_pos, heads(H + KV, KV));
+  const at::Tensor s = at::arange(S, positions.options()).view({1, S}), p = positions.view({B, 1});
+  at::Tensor mask = s.le(p);  // (B, S)
+  if (window > 0) mask = mask.logical_and(s.gt(p - window));
+  // Each key/value head serves H / KV query heads in a row (grouped-query attention).
+  const at::Tensor k = KV == H ? k_cache : k_cache.repeat_interleave(H / KV, 1);
+  const at::Tensor v = KV == H ? v_cache : v_cache.repeat_interleave(H / KV, 1);
+  return at::scaled_dot_product_attention(heads(0, H), k, v, mask.view({B, 1, 1, S})).view({B, H * D});
 }
 
 }  // namespace llmtrain::ops

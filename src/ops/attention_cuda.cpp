@@ -22,13 +22,15 @@ bool decode_attention_supported(const at::Tensor& qkv, const at::Tensor& k_cache
 }
 
 at::Tensor decode_attention(const at::Tensor& qkv, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                            const at::Tensor& positions) {
-  const int64_t B = k_cache.size(0), H = k_cache.size(1), S = k_cache.size(2), D = k_cache.size(3);
+                            const at::Tensor& positions, int64_t window) {
+  const int64_t B = k_cache.size(0), KV = k_cache.size(1), S = k_cache.size(2), D = k_cache.size(3);
+  const int64_t H = qkv.size(1) / D - 2 * KV;
   const at::Tensor pos = positions.contiguous();
-  at::Tensor out = at::empty({B, H * D}, qkv.options());  // (B, C)
-  LLMTRAIN_CUDA_CHECK(kernels::launch_decode_attention(
-      qkv.data_ptr(), qkv.stride(0), k_cache.data_ptr(), v_cache.data_ptr(), pos.data_ptr<int64_t>(),
-      kernel_dtype(qkv, "decode_attention: qkv"), B, H, S, D, out.data_ptr(), at::cuda::getCurrentCUDAStream()));
+  at::Tensor out = at::empty({B, H * D}, qkv.options());  // (B, H D)
+  LLMTRAIN_CUDA_CHECK(kernels::launch_decode_attention(qkv.data_ptr(), qkv.stride(0), k_cache.data_ptr(),
+                                                       v_cache.data_ptr(), pos.data_ptr<int64_t>(),
+                                                       kernel_dtype(qkv, "decode_attention: qkv"), B, H, KV, S, D,
+                                                       window, out.data_ptr(), at::cuda::getCurrentCUDAStream()));
   return out;
 }
 

@@ -10,6 +10,6 @@ namespace llmtrain::ops::cuda {
 bool decode_attention_supported(const at::Tensor& qkv, const at::Tensor& k_cache, const at::Tensor& v_cache);
 /// ops::decode_attention on the kernel (arguments already checked for shapes, dtypes and devices).
 at::Tensor decode_attention(const at::Tensor& qkv, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                            const at::Tensor& positions);
+                            const at::Tensor& positions, int64_t window);
 
 }  // namespace llmtrain::ops::cuda

@@ -7,6 +7,7 @@
 #include "../core/json.h"
 #include "llmtrain/core/error.h"
 #include "llmtrain/tokenizer/gpt2_bpe.h"
+#include "llmtrain/tokenizer/hf_tokenizer.h"
 #include "llmtrain/tokenizer/sentencepiece.h"
 
 namespace llmtrain::tokenizer {
@@ -103,8 +104,12 @@ std::string gpt2_dir(const std::string& path) {
 }  // namespace
 
 std::vector<std::string> tokenizer_files(const std::string& kind, const std::string& path) {
-  LLMTRAIN_CHECK(kind == "gpt2" || kind == "sentencepiece", "unknown tokenizer \"", kind,
-                 "\"; expected gpt2 or sentencepiece");
+  LLMTRAIN_CHECK(kind == "gpt2" || kind == "sentencepiece" || kind == "hf", "unknown tokenizer \"", kind,
+                 "\"; expected gpt2, sentencepiece or hf");
+  if (kind == "hf") {
+    LLMTRAIN_CHECK(!path.empty(), "Hugging Face tokenizer: no folder given (one with tokenizer.json)");
+    return HFTokenizer::files_in(path);
+  }
   if (kind == "sentencepiece") {
     LLMTRAIN_CHECK(!path.empty(), "SentencePiece tokenizer: no .model file given");
     return {path};
@@ -116,6 +121,7 @@ std::vector<std::string> tokenizer_files(const std::string& kind, const std::str
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& kind, const std::string& path) {
   const auto files = tokenizer_files(kind, path);
   if (kind == "gpt2") return std::make_unique<GPT2BPE>(files[0], files[1]);
+  if (kind == "hf") return std::make_unique<HFTokenizer>(files[0], files.size() > 1 ? files[1] : "");
   return std::make_unique<SentencePiece>(files[0]);
 }
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "llmtrain/nn/gpt2_config.h"
+#include "llmtrain/nn/model_spec.h"
 #include "llmtrain/optim/options.h"
 
 namespace llmtrain::train::detail {
@@ -14,8 +14,8 @@ namespace llmtrain::train::detail {
 struct CheckpointState {
   int64_t step = 0;
   double elapsed_s = 0;
-  bool model_only = false;  // a converted model (convert_checkpoint, save_model_checkpoint): nothing to resume
-  nn::GPT2Config model;     // its shape (dropout and eps are the config's)
+  bool model_only = false;                 // a converted model (convert, save_model_checkpoint): nothing to resume
+  nn::ModelSpec model = nn::GPT2Config();  // its family and shape (dropout is the config's)
   Choice<optim::Precision> precision = optim::Precision::kFP32;  // train.precision of the run
   int64_t zero_ranks = 0;  // ranks the optimizer state is sharded over (ZeRO-1), 0: unsharded
   double loss_scale = 1;   // fp16's GradScaler
@@ -30,9 +30,5 @@ struct CheckpointState {
   /// The state.json of checkpoint folder `dir`, checked whole.
   static CheckpointState read(const std::string& dir);
 };
-
-/// Whether two GPT-2 configs have the same shape (their tensors fit each other), and that shape said.
-bool same_shape(const nn::GPT2Config& a, const nn::GPT2Config& b);
-std::string shape_text(const nn::GPT2Config& c);
 
 }  // namespace llmtrain::train::detail

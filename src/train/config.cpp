@@ -9,6 +9,7 @@
 #include <variant>
 
 #include "../core/json.h"
+#include "../io/hf_config.h"
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/fs.h"
 
@@ -34,7 +35,12 @@ ChoiceField choice(Choice<E>* c) {
           [c] { return std::string(c->name()); }, Choice<E>::names()};
 }
 
-using FieldPtr = std::variant<int64_t*, uint64_t*, double*, bool*, std::string*, ChoiceField>;
+// A key whose value is a JSON object (or null: none), held as its text.
+struct ObjectField {
+  std::string* text;  // "" for null
+};
+
+using FieldPtr = std::variant<int64_t*, uint64_t*, double*, bool*, std::string*, ChoiceField, ObjectField>;
 
 struct Field {
   std::string key;  // "train.lr", or "out_dir" at the top
@@ -45,14 +51,25 @@ struct Field {
 std::vector<Field> fields(TrainerConfig& c) {
   return {
       {"model.preset", &c.model.preset,
-       "GPT-2 shape to start from: tiny, gpt2, gpt2-medium, gpt2-large or gpt2-xl; "
-       "the model keys below override it when > 0"},
+       "the model's family and shape: GPT-2's tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl; the Llama "
+       "family's llama-3.2-1b, llama-3.2-3b, llama-3.1-8b, llama-2-7b, mistral-7b, qwen2.5-0.5b, qwen2.5-1.5b, "
+       "qwen2.5-7b, smollm2-135m, smollm2-360m, llama-tiny, mistral-tiny, qwen2-tiny. The model keys below "
+       "override it when > 0"},
+      {"model.config", ObjectField{&c.model.config},
+       "a Hugging Face config.json's content (gpt2, llama, mistral or qwen2): the model's family and shape "
+       "in place of the preset (finetune sets it from the folder it starts from); null: the preset"},
       {"model.n_layer", &c.model.n_layer, "transformer blocks (0: the preset's)"},
       {"model.n_head", &c.model.n_head, "attention heads; n_embd must be a multiple (0: the preset's)"},
-      {"model.n_embd", &c.model.n_embd, "width of the residual stream (0: the preset's)"},
+      {"model.n_embd", &c.model.n_embd, "width of the residual stream, Llama's hidden_size (0: the preset's)"},
       {"model.block_size", &c.model.block_size, "longest sequence, the positions the model has (0: the preset's)"},
-      {"model.vocab_size", &c.model.vocab_size, "token ids, at least the tokenizer's (0: the preset's, 50257)"},
-      {"model.dropout", &c.model.dropout, "dropout probability on embeddings, attention weights and residual branches"},
+      {"model.vocab_size", &c.model.vocab_size, "token ids, at least the tokenizer's (0: the preset's)"},
+      {"model.n_kv_head", &c.model.n_kv_head,
+       "Llama family: key/value heads (grouped-query attention), a divisor of n_head (0: the preset's)"},
+      {"model.intermediate_size", &c.model.intermediate_size,
+       "Llama family: width of the SwiGLU MLP (0: the preset's)"},
+      {"model.dropout", &c.model.dropout,
+       "dropout probability: GPT-2's on embeddings, attention weights and residual branches; the Llama "
+       "family's on attention weights"},
       {"model.init_from", &c.model.init_from,
        "weights the run starts from (fine-tuning): a checkpoint, a run folder, "
        "a Hugging Face folder or an llm.c .bin; empty: random initialisation"},
@@ -66,10 +83,11 @@ std::vector<Field> fields(TrainerConfig& c) {
       {"data.shuffle_unit", choice(&c.data.shuffle_unit),
        "shards: window (each window) or batch (whole batches of the text, "
        "llm.c's order)"},
-      {"tokenizer.kind", &c.tokenizer.kind, "gpt2, sentencepiece, or empty (none: no SFT and no samples)"},
+      {"tokenizer.kind", &c.tokenizer.kind,
+       "gpt2, sentencepiece, hf (a Hugging Face tokenizer.json), or empty (none: no SFT and no samples)"},
       {"tokenizer.path", &c.tokenizer.path,
-       "GPT-2 BPE folder (encoder.json + vocab.bpe; empty: $LLMTRAIN_GPT2_DIR) "
-       "or SentencePiece .model file; relative to the config's folder when "
+       "GPT-2 BPE folder (encoder.json + vocab.bpe; empty: $LLMTRAIN_GPT2_DIR), "
+       "SentencePiece .model file, or a folder with tokenizer.json; relative to the config's folder when "
        "sha256 is set (as in the configs llmtrain writes)"},
       {"tokenizer.sha256", &c.tokenizer.sha256,
        "SHA-256 of the tokenizer's files one after another; when set, a "
@@ -118,6 +136,7 @@ std::vector<Field> fields(TrainerConfig& c) {
 template <typename P>
 Json value_of(const P& p) {
   if constexpr (std::is_same_v<P, ChoiceField>) return p.get();
+  else if constexpr (std::is_same_v<P, ObjectField>) return p.text->empty() ? Json() : json::parse(*p.text, "config");
   else return *p;
 }
 
@@ -147,6 +166,9 @@ void assign(const Field& f, const Json& v, const std::string& source) {
         if constexpr (std::is_same_v<T, ChoiceField>) {
           LLMTRAIN_CHECK(v.is_string() && p.set(v.get<std::string>()), source, ": ", f.key, " must be ", p.words, ": ",
                          leaf, " ", json::excerpt(v), " is none of them");
+        } else if constexpr (std::is_same_v<T, ObjectField>) {
+          if (!v.is_object() && !v.is_null()) wrong("an object or null");
+          *p.text = v.is_null() ? "" : v.dump();
         } else if constexpr (std::is_same_v<T, std::string>) {
           if (!v.is_string()) wrong("a string");
           *p = v.get<std::string>();
@@ -192,13 +214,14 @@ void validate(const TrainerConfig& c, const std::function<std::string(const std:
   LLMTRAIN_CHECK(std::isfinite(c.train.loss_scale) && c.train.loss_scale >= 1, from("train.loss_scale"),
                  ": train.loss_scale must be a finite number >= 1, got ", c.train.loss_scale);
   at_least("train.loss_scale_growth_interval", c.train.loss_scale_growth_interval, 1);
-  LLMTRAIN_CHECK(c.tokenizer.kind.empty() || c.tokenizer.kind == "gpt2" || c.tokenizer.kind == "sentencepiece",
-                 from("tokenizer.kind"), ": tokenizer.kind must be gpt2 or sentencepiece (or empty), got \"",
-                 c.tokenizer.kind, "\"");
-  LLMTRAIN_CHECK(!c.sft() || !c.tokenizer.kind.empty(), from("data.train"), ": data.train ", c.data.train,
-                 " is SFT JSONL, which needs tokenizer.kind (gpt2 or sentencepiece)");
-  LLMTRAIN_CHECK(c.sample.every == 0 || !c.tokenizer.kind.empty(), from("sample.every"),
-                 ": sample.every > 0 needs tokenizer.kind (gpt2 or sentencepiece) to encode the prompt and print text");
+  const std::string& kind = c.tokenizer.kind;
+  LLMTRAIN_CHECK(kind.empty() || kind == "gpt2" || kind == "sentencepiece" || kind == "hf", from("tokenizer.kind"),
+                 ": tokenizer.kind must be gpt2, sentencepiece or hf (or empty), got \"", kind, "\"");
+  LLMTRAIN_CHECK(!c.sft() || !kind.empty(), from("data.train"), ": data.train ", c.data.train,
+                 " is SFT JSONL, which needs tokenizer.kind (gpt2, sentencepiece or hf)");
+  LLMTRAIN_CHECK(c.sample.every == 0 || !kind.empty(), from("sample.every"),
+                 ": sample.every > 0 needs tokenizer.kind (gpt2, sentencepiece or hf) to encode the prompt and print "
+                 "text");
   const auto check = [&](const char* key, auto&& body) {
     try {
       body();
@@ -207,22 +230,40 @@ void validate(const TrainerConfig& c, const std::function<std::string(const std:
     }
   };
   check("train.schedule", [&] { c.optimizer().schedule.validate(); });
-  check("model.preset", [&] { c.model.gpt2().validate(); });
-  LLMTRAIN_CHECK(c.train.seq_len <= c.model.gpt2().block_size(), from("train.seq_len"), ": train.seq_len ",
-                 c.train.seq_len, " exceeds the model's block_size ", c.model.gpt2().block_size());
+  nn::ModelSpec spec = nn::GPT2Config();
+  check(c.model.config.empty() ? "model.preset" : "model.config", [&] { spec = c.model.spec(); });
+  LLMTRAIN_CHECK(c.train.seq_len <= spec.block_size(), from("train.seq_len"), ": train.seq_len ", c.train.seq_len,
+                 " exceeds the model's block_size ", spec.block_size());
 }
 
 }  // namespace
 
-nn::GPT2Config ModelConfig::gpt2() const {
-  auto g = nn::GPT2Config::preset(preset);
-  if (n_layer > 0) g.n_layer(n_layer);
-  if (n_head > 0) g.n_head(n_head);
-  if (n_embd > 0) g.n_embd(n_embd);
-  if (block_size > 0) g.block_size(block_size);
-  if (vocab_size > 0) g.vocab_size(vocab_size);
-  g.dropout(dropout);
-  return g;
+nn::ModelSpec ModelConfig::spec() const {
+  nn::ModelSpec s =
+      config.empty() ? nn::ModelSpec::preset(preset) : io::detail::parse_hf_model_config(config, "model.config");
+  if (s.is_gpt2()) {
+    LLMTRAIN_CHECK(n_kv_head == 0 && intermediate_size == 0, "model.", n_kv_head ? "n_kv_head" : "intermediate_size",
+                   " belongs to the Llama family, and this model is GPT-2");
+    auto& g = s.gpt2();
+    if (n_layer > 0) g.n_layer(n_layer);
+    if (n_head > 0) g.n_head(n_head);
+    if (n_embd > 0) g.n_embd(n_embd);
+    if (block_size > 0) g.block_size(block_size);
+    if (vocab_size > 0) g.vocab_size(vocab_size);
+    g.dropout(dropout);
+  } else {
+    auto& l = s.llama();
+    if (n_layer > 0) l.n_layer(n_layer);
+    if (n_head > 0) l.n_head(n_head);
+    if (n_embd > 0) l.hidden_size(n_embd);
+    if (block_size > 0) l.block_size(block_size);
+    if (vocab_size > 0) l.vocab_size(vocab_size);
+    if (n_kv_head > 0) l.n_kv_head(n_kv_head);
+    if (intermediate_size > 0) l.intermediate_size(intermediate_size);
+    l.dropout(dropout);
+  }
+  s.validate();
+  return s;
 }
 
 optim::OptimizerOptions TrainerConfig::optimizer() const {
@@ -323,11 +364,12 @@ std::string TrainerConfig::reference() {
     std::visit(
         [&](auto& p) {
           using T = std::remove_pointer_t<std::decay_t<decltype(p)>>;
-          type = std::is_same_v<T, std::string> || std::is_same_v<T, ChoiceField> ? "string"
-                 : std::is_same_v<T, bool>                                        ? "bool"
-                 : std::is_same_v<T, double>                                      ? "number"
-                 : std::is_same_v<T, uint64_t>                                    ? "integer >= 0"
-                                                                                  : "integer";
+          type = std::is_same_v<T, ObjectField>                                     ? "object"
+                 : std::is_same_v<T, std::string> || std::is_same_v<T, ChoiceField> ? "string"
+                 : std::is_same_v<T, bool>                                          ? "bool"
+                 : std::is_same_v<T, double>                                        ? "number"
+                 : std::is_same_v<T, uint64_t>                                      ? "integer >= 0"
+                                                                                    : "integer";
           value = value_of(p);
         },
         f.ptr);

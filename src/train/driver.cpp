@@ -1,4 +1,4 @@
-// What train_gpt2 and finetune_gpt2 share: the run folder's checks and the run itself, on every rank.
+// What train and finetune share: the run folder's checks and the run itself, on every rank.
 #include "llmtrain/train/driver.h"
 
 #include <cstdio>
@@ -34,7 +34,7 @@ void check_run_folder(const TrainerConfig& c, bool force) {
   for (const char* f : kRunFiles)
     LLMTRAIN_CHECK(!fs::exists(c.out_dir + "/" + f), "out_dir ", c.out_dir, " holds ", f, ", which llmtrain did not ",
                    "write (the folder has no ", fs::kOutputMarker, " marker): choose another out_dir, or pass --force ",
-                   "to train_gpt2 / finetune_gpt2 to write over it");
+                   "to train / finetune to write over it");
 }
 
 }  // namespace detail
@@ -60,14 +60,12 @@ int64_t run_training(const TrainerConfig& cfg, const RunOptions& options, std::s
                         "from step 0\n"
                       : "no checkpoint in %s: starting from step 0\n",
                   cfg.out_dir.c_str());
-    const auto& m = trainer.model()->cfg;
     if (say) {
       std::printf(
-          "GPT-2 %lld layers x %lld wide, %.1fM parameters%s%s; %lld tokens per step (%lld micro-steps%s); "
+          "%s, %.1fM parameters%s%s; %lld tokens per step (%lld micro-steps%s); "
           "out_dir %s\n",
-          static_cast<long long>(m.n_layer()), static_cast<long long>(m.n_embd()),
-          double(trainer.model()->num_parameters()) / 1e6, cfg.model.init_from.empty() ? "" : " from ",
-          cfg.model.init_from.c_str(),
+          trainer.model().spec().summary().c_str(), double(trainer.model().num_parameters()) / 1e6,
+          cfg.model.init_from.empty() ? "" : " from ", cfg.model.init_from.c_str(),
           static_cast<long long>(world * trainer.grad_accum_steps() * cfg.train.batch_size * cfg.train.seq_len),
           static_cast<long long>(trainer.grad_accum_steps()),
           world > 1 ? (" on each of " + std::to_string(world) + " ranks").c_str() : "", cfg.out_dir.c_str());

@@ -7,9 +7,10 @@
 #include <algorithm>
 
 #include "../core/json.h"
+#include "../io/hf_config.h"
 #include "checkpoint_state.h"
 #include "llmtrain/core/error.h"
-#include "llmtrain/io/hf_gpt2.h"
+#include "llmtrain/io/hf_model.h"
 #include "llmtrain/io/llmc.h"
 #include "llmtrain/train/checkpointer.h"
 #include "torch_files.h"
@@ -17,58 +18,72 @@
 namespace llmtrain::train {
 
 using Json = json::Json;
-using detail::same_shape;
-using detail::shape_text;
 
 TrainerConfig load_checkpoint_config(const std::string& path) {
   const std::string dir = checkpoint_dir(path);
   const auto state = detail::CheckpointState::read(dir);
   TrainerConfig cfg = TrainerConfig::parse(state.config, "checkpoint " + dir + "/state.json's config");
   cfg.tokenizer = tokenizer_in(cfg.tokenizer, dir);  // the checkpoint's own copy
-  LLMTRAIN_CHECK(same_shape(state.model, cfg.model.gpt2()), "checkpoint ", dir, "/state.json: model says ",
-                 shape_text(state.model), " but its config says ", shape_text(cfg.model.gpt2()));
+  const nn::ModelSpec spec = cfg.model.spec();
+  LLMTRAIN_CHECK(state.model.same_shape(spec), "checkpoint ", dir, "/state.json: model says ", state.model.describe(),
+                 " but its config says ", spec.describe());
   return cfg;
 }
 
 namespace {
 
-// A run's configuration with the model of `g` (the rest the defaults) and GPT-2's tokenizer.
-TrainerConfig config_of_model(const nn::GPT2Config& g) {
-  LLMTRAIN_CHECK(g.layer_norm_eps() == nn::GPT2Config().layer_norm_eps(), "a model with layer_norm_epsilon ",
-                 g.layer_norm_eps(), " has no llmtrain checkpoint form (its configs keep GPT-2's ",
-                 nn::GPT2Config().layer_norm_eps(), ")");
+// A run's configuration with the model of `spec` (the rest the defaults): GPT-2's shape as the model
+// keys, with GPT-2's tokenizer; another family's as model.config, without a tokenizer.
+TrainerConfig config_of_model(const nn::ModelSpec& spec) {
   TrainerConfig c;
-  c.model.n_layer = g.n_layer();
-  c.model.n_head = g.n_head();
-  c.model.n_embd = g.n_embd();
-  c.model.block_size = g.block_size();
-  c.model.vocab_size = g.vocab_size();
-  c.model.dropout = g.dropout();
-  c.tokenizer.kind = "gpt2";
-  c.train.seq_len = std::min(c.train.seq_len, g.block_size());  // the default must fit the model
+  if (spec.is_gpt2()) {
+    const nn::GPT2Config& g = spec.gpt2();
+    LLMTRAIN_CHECK(g.layer_norm_eps() == nn::GPT2Config().layer_norm_eps(), "a model with layer_norm_epsilon ",
+                   g.layer_norm_eps(), " has no llmtrain checkpoint form (its configs keep GPT-2's ",
+                   nn::GPT2Config().layer_norm_eps(), ")");
+    c.model.n_layer = g.n_layer();
+    c.model.n_head = g.n_head();
+    c.model.n_embd = g.n_embd();
+    c.model.block_size = g.block_size();
+    c.model.vocab_size = g.vocab_size();
+    c.model.dropout = g.dropout();
+    c.tokenizer.kind = "gpt2";
+  } else {
+    c.model.config =
+        json::parse(io::detail::hf_llama_config_json(spec.llama(), "float32", -1, -1), "model.config").dump();
+    c.model.dropout = spec.llama().dropout();
+  }
+  c.train.seq_len = std::min(c.train.seq_len, spec.block_size());  // the default must fit the model
   return c;
 }
 
 // The configuration a fine-tuning run starts from: a checkpoint's, or the model of a Hugging Face folder
 // or an llm.c file.
 TrainerConfig source_config(const std::string& from) {
-  if (io::is_hf_dir(from)) return config_of_model(io::hf_gpt2_config(from));
-  if (io::is_llmc_file(from)) return config_of_model(io::llmc_gpt2_config(from));
+  if (io::is_hf_dir(from) || io::is_llmc_file(from)) return config_of_model(model_spec_at(from));
   return load_checkpoint_config(from);
 }
 
 }  // namespace
 
-nn::GPT2 load_model(const std::string& path) {
-  if (io::is_hf_dir(path)) return io::load_hf_gpt2(path);
-  if (io::is_llmc_file(path)) return io::load_llmc_gpt2(path);
+std::shared_ptr<nn::CausalLM> load_model(const std::string& path) {
+  if (io::is_hf_dir(path)) return io::load_hf_model(path);
+  if (io::is_llmc_file(path)) return io::load_llmc_gpt2(path).ptr();
   return load_checkpoint_model(path);
+}
+
+nn::ModelSpec model_spec_at(const std::string& path) {
+  if (io::is_hf_dir(path)) return io::hf_model_spec(path);
+  if (io::is_llmc_file(path)) return io::llmc_gpt2_config(path);
+  return detail::CheckpointState::read(checkpoint_dir(path)).model;
 }
 
 std::optional<TokenizerConfig> model_tokenizer(const std::string& path) {
   if (io::is_hf_dir(path)) {
     TokenizerConfig t;
+    // A SentencePiece model first: Llama 2's and Mistral's folders also hold a tokenizer.json of its kind.
     if (fs::exists(path + "/tokenizer.model")) t = {"sentencepiece", path + "/tokenizer.model", ""};
+    else if (fs::exists(path + "/tokenizer.json")) t = {"hf", path, ""};
     else if (fs::exists(path + "/vocab.json") && fs::exists(path + "/merges.txt")) t = {"gpt2", path, ""};
     else return std::nullopt;
     return t;
@@ -79,44 +94,55 @@ std::optional<TokenizerConfig> model_tokenizer(const std::string& path) {
   return cfg.tokenizer;
 }
 
-void save_model_checkpoint(nn::GPT2& model, const std::string& dir, const fs::OutputOptions& options,
-                           const std::optional<TokenizerConfig>& tokenizer) {
-  const TrainerConfig cfg = config_of_model(model->cfg);
-  const bool bf16 = model->parameters().front().scalar_type() == torch::kBFloat16;
+void save_model_checkpoint(const std::shared_ptr<nn::CausalLM>& model, const std::string& dir,
+                           const fs::OutputOptions& options, const std::optional<TokenizerConfig>& tokenizer) {
+  const nn::ModelSpec spec = model->spec();
+  const TrainerConfig cfg = config_of_model(spec);
+  const bool bf16 = model->module().parameters().front().scalar_type() == torch::kBFloat16;
   fs::write_dir_atomic(dir, "checkpoint", options, [&](const std::string& tmp) {
-    detail::save_torch(model, tmp + "/model.pt");
+    detail::save_torch(model->module().shared_from_this(), tmp + "/model.pt");
     TrainerConfig c = cfg;
     if (tokenizer) c.tokenizer = copy_tokenizer(*tokenizer, tmp);
     if (bf16) c.train.precision = optim::Precision::kBF16Master;  // how load_checkpoint_model knows to cast
     detail::CheckpointState state;
     state.model_only = true;
-    state.model = model->cfg;
+    state.model = spec;
     state.precision = c.train.precision;
     state.config = c.to_json();
     fs::write_file_atomic(tmp + "/state.json", state.to_json());
   });
 }
 
-void save_hf_model(nn::GPT2& model, const std::string& dir, const fs::OutputOptions& options,
+void save_hf_model(const std::shared_ptr<nn::CausalLM>& model, const std::string& dir, const fs::OutputOptions& options,
                    const std::optional<TokenizerConfig>& tokenizer) {
   io::HfExtras extras;
   if (!tokenizer) {
-    io::save_hf_gpt2(model, dir, options, extras);
+    io::save_hf_model(model, dir, options, extras);
     return;
   }
   const auto tok = load_tokenizer(*tokenizer);
-  LLMTRAIN_CHECK(tok->vocab_size() <= model->cfg.vocab_size(), "tokenizer ", tokenizer->kind, " ", tokenizer->path,
-                 " has ", tok->vocab_size(), " ids, more than the model's vocab_size ", model->cfg.vocab_size());
-  // llmtrain's documents start and end with the end-of-text id: it is both bos and eos.
-  extras.bos_id = extras.eos_id = tok->eot_id() ? std::optional<int64_t>(*tok->eot_id()) : std::nullopt;
+  LLMTRAIN_CHECK(tok->vocab_size() <= model->vocab_size(), "tokenizer ", tokenizer->kind, " ", tokenizer->path, " has ",
+                 tok->vocab_size(), " ids, more than the model's vocab_size ", model->vocab_size());
+  // llmtrain's documents start and end with the end-of-text id: it is both bos and eos, unless the
+  // tokenizer names a bos of its own (Llama 3's).
+  extras.eos_id = tok->eot_id() ? std::optional<int64_t>(*tok->eot_id()) : std::nullopt;
+  extras.bos_id = tok->bos_id() ? std::optional<int64_t>(*tok->bos_id()) : extras.eos_id;
   const std::string eot = tok->eot_text().value_or("");
+  const std::string bos = tok->bos_id() ? tok->decode({*tok->bos_id()}) : eot;
   extras.write = [&](const std::string& tmp) {
     const auto files = tokenizer::tokenizer_files(tokenizer->kind, tokenizer->path);
-    Json config = {{"model_max_length", model->cfg.block_size()}, {"clean_up_tokenization_spaces", false}};
+    Json config = {{"model_max_length", model->block_size()}, {"clean_up_tokenization_spaces", false}};
     if (tokenizer->kind == "gpt2") {
       fs::write_file_atomic(tmp + "/vocab.json", fs::read_file(files[0], uint64_t(1) << 30, "tokenizer"));
       fs::write_file_atomic(tmp + "/merges.txt", fs::read_file(files[1], uint64_t(1) << 30, "tokenizer"));
       config.update({{"tokenizer_class", "GPT2Tokenizer"}, {"add_prefix_space", false}, {"unk_token", eot}});
+    } else if (tokenizer->kind == "hf") {
+      fs::write_file_atomic(tmp + "/tokenizer.json", fs::read_file(files[0], uint64_t(1) << 30, "tokenizer"));
+      config["tokenizer_class"] = "PreTrainedTokenizerFast";
+      if (files.size() > 1) {  // the folder's own settings (its chat template among them) over ours
+        const Json own = json::parse_file(files[1], uint64_t(64) << 20);
+        if (own.is_object()) config.update(own);
+      }
     } else {
       fs::write_file_atomic(tmp + "/tokenizer.model", fs::read_file(files[0], uint64_t(1) << 30, "tokenizer"));
       // A SentencePiece model as llmtrain encodes with it: no bos or eos added to the text.
@@ -125,29 +151,33 @@ void save_hf_model(nn::GPT2& model, const std::string& dir, const fs::OutputOpti
                      {"add_eos_token", false},
                      {"legacy", true}});
     }
-    if (!eot.empty()) config.update({{"bos_token", eot}, {"eos_token", eot}, {"pad_token", eot}});
+    if (!eot.empty()) config.update({{"bos_token", bos}, {"eos_token", eot}, {"pad_token", eot}});
     fs::write_file_atomic(tmp + "/tokenizer_config.json", config.dump(2) + "\n");
     Json special = Json::object();
-    if (!eot.empty()) special = {{"bos_token", eot}, {"eos_token", eot}, {"pad_token", eot}};
+    if (!eot.empty()) special = {{"bos_token", bos}, {"eos_token", eot}, {"pad_token", eot}};
     fs::write_file_atomic(tmp + "/special_tokens_map.json", special.dump(2) + "\n");
   };
-  io::save_hf_gpt2(model, dir, options, extras);
+  io::save_hf_model(model, dir, options, extras);
 }
 
-nn::GPT2 load_checkpoint_model(const std::string& path) {
+std::shared_ptr<nn::CausalLM> load_checkpoint_model(const std::string& path) {
   const std::string dir = checkpoint_dir(path);
   const auto cfg = load_checkpoint_config(dir);
   // The shape comes from state.json: model.pt must be able to hold it before anything is allocated.
   uint64_t bytes = 0;
   ::close(fs::open_regular(dir + "/model.pt", &bytes, "checkpoint"));
-  const int64_t params = cfg.model.gpt2().stored_parameters();
+  const nn::ModelSpec spec = cfg.model.spec();
+  const int64_t params = spec.stored_parameters();
   const bool bf16 = cfg.train.precision == optim::Precision::kBF16Master;
   const uint64_t least = uint64_t(params) * (bf16 ? 2 : 4);
   LLMTRAIN_CHECK(bytes >= least, "checkpoint ", dir, ": model.pt holds ", bytes, " bytes, too few for the ", params,
                  " parameters its state.json describes (", least, " bytes at least)");
-  nn::GPT2 model(cfg.model.gpt2());
-  if (bf16) model->to(torch::kBFloat16);
-  detail::load_part(dir, "model.pt", [&](const std::string& p) { torch::load(model, p); });
+  auto model = nn::make_model(spec);
+  if (bf16) model->module().to(torch::kBFloat16);
+  detail::load_part(dir, "model.pt", [&](const std::string& p) {
+    auto module = model->module().shared_from_this();
+    torch::load(module, p);
+  });
   return model;
 }
 

@@ -47,8 +47,6 @@ namespace llmtrain::train {
 namespace {
 
 using Json = json::Json;
-using detail::same_shape;
-using detail::shape_text;
 
 std::atomic<bool> g_stop{false};
 // The first signal finishes the step and writes a checkpoint; a second one ends the process at once
@@ -111,15 +109,14 @@ double device_memory(torch::Device device) {
 // A lower bound of the memory a run takes: the parameters, their gradients, AdamW's two moments and the
 // bf16-master copies (those two over the ranks with ZeRO-1), and one micro-batch's logits. A config
 // past the device's memory is refused at once, with both figures, rather than failing in an allocation.
-void check_memory(const TrainerConfig& c, torch::Device device, int world) {
-  const nn::GPT2Config g = c.model.gpt2();
-  const double params = double(g.stored_parameters());
+void check_memory(const TrainerConfig& c, const nn::ModelSpec& spec, torch::Device device, int world) {
+  const double params = double(spec.stored_parameters());
   const bool master = c.train.precision == optim::Precision::kBF16Master,
              low = c.train.precision != optim::Precision::kFP32;
   const double weights = params * (master ? 2 + 2 : 4 + 4);  // the parameters and their gradients
   const double optimizer = params * (master ? 8 + 4 : 8) / (c.train.zero ? world : 1);
   const double logits =
-      double(c.train.batch_size) * double(c.train.seq_len) * double(g.padded_vocab_size()) * (low ? 2 : 4);
+      double(c.train.batch_size) * double(c.train.seq_len) * double(spec.logits_width()) * (low ? 2 : 4);
   const double need = weights + optimizer + logits, have = device_memory(device);
   const auto gb = [](double bytes) {
     char buf[32];
@@ -192,7 +189,8 @@ struct Trainer::Impl {
   std::shared_ptr<dist::Communicator> comm;  // null: one process
   int rank = 0, world = 1;
   torch::Device device = torch::kCPU;
-  nn::GPT2 model{nullptr};
+  nn::ModelSpec spec = nn::GPT2Config();  // cfg.model's
+  std::shared_ptr<nn::CausalLM> model;
   std::unique_ptr<optim::MixedPrecisionOptimizer> opt;
   std::unique_ptr<dist::DataParallel> dp;  // several ranks
   std::unique_ptr<tokenizer::Tokenizer> tok;
@@ -331,7 +329,7 @@ struct Trainer::Impl {
     o.seed = cfg.train.seed;
     o.shuffle = shuffle;
     o.shuffle_unit = cfg.data.shuffle_unit;
-    o.vocab_size = cfg.model.gpt2().vocab_size();
+    o.vocab_size = spec.vocab_size();
     o.device = device;
     return std::make_unique<data::DataLoader>(o);
   }
@@ -365,7 +363,7 @@ struct Trainer::Impl {
     }
     // Written here, not at construction: a resume that is refused leaves the run's config as it was.
     if (rank == 0) fs::write_file_atomic(cfg.out_dir + "/config.json", stored_config());
-    model->train();
+    model->module().train();
     // Not on several ranks: DataParallel's reductions start from backward's hooks, on the host. Not for
     // packed SFT: its position ids would be one more input, and its embedding checks ids on the host.
     // Not fp16: its loss scale changes from step to step.
@@ -376,12 +374,13 @@ struct Trainer::Impl {
   }
 
   void load_initial_weights(const std::string& from) {
-    nn::GPT2 src = load_model(from);
-    LLMTRAIN_CHECK(same_shape(src->cfg, cfg.model.gpt2()), "model.init_from ", from, " holds a model of ",
-                   shape_text(src->cfg), "; this config has ", shape_text(cfg.model.gpt2()));
+    const nn::ModelSpec theirs = model_spec_at(from);  // before their weights are read
+    LLMTRAIN_CHECK(theirs.same_shape(spec), "model.init_from ", from, " holds a model of ", theirs.describe(),
+                   "; this config has ", spec.describe());
+    const auto src = load_model(from);
     torch::NoGradGuard no_grad;
-    const auto from_params = src->named_parameters();
-    for (auto& p : model->named_parameters()) p.value().copy_(from_params[p.key()]);
+    const auto from_params = src->module().named_parameters();
+    for (auto& p : model->module().named_parameters()) p.value().copy_(from_params[p.key()]);
   }
 
   // A sample from the model, printed and logged; its own seeded generator leaves the run's RNG alone.
@@ -398,9 +397,9 @@ struct Trainer::Impl {
     o.seed = cfg.train.seed + uint64_t(step);
     if (tok->eot_id()) o.stop_tokens = {*tok->eot_id()};
     // The KV cache holds block_size positions: a longer sample is cut there.
-    const int64_t room = model->cfg.block_size() + 1 - int64_t(prompt.size());
+    const int64_t room = spec.block_size() + 1 - int64_t(prompt.size());
     LLMTRAIN_CHECK(room >= 1, "sample.prompt is ", prompt.size(), " tokens, longer than the model's block_size ",
-                   model->cfg.block_size());
+                   spec.block_size());
     auto ids = infer::generate(model, prompt, std::min<int64_t>(cfg.sample.tokens, room), o);
     // Decoded as one piece (token by token would lose SentencePiece's spaces), without the end-of-text
     // ids that start and end a fresh document.
@@ -420,6 +419,7 @@ Trainer::Trainer(TrainerConfig config, std::shared_ptr<dist::Communicator> comm)
     d.world = d.comm->world_size();
   }
   const auto& c = d.cfg;
+  d.spec = c.model.spec();
   d.device = resolve_device(c.device);
   if (d.comm && d.device.is_cuda()) {  // a GPU a rank; the ranks' gradients travel over NCCL
     d.device = torch::Device(torch::kCUDA, int8_t(dist::local_rank() % int(torch::cuda::device_count())));
@@ -438,32 +438,30 @@ Trainer::Trainer(TrainerConfig config, std::shared_ptr<dist::Communicator> comm)
   if (!c.tokenizer.kind.empty()) {
     d.tok = load_tokenizer(c.tokenizer);
     if (d.rank == 0) d.run_tok = d.own_tokenizer();
-    LLMTRAIN_CHECK(d.tok->vocab_size() <= c.model.gpt2().vocab_size(), "tokenizer ", c.tokenizer.kind, " ",
-                   c.tokenizer.path, " has ", d.tok->vocab_size(), " ids, more than the model's vocab_size ",
-                   c.model.gpt2().vocab_size());
+    LLMTRAIN_CHECK(d.tok->vocab_size() <= d.spec.vocab_size(), "tokenizer ", c.tokenizer.kind, " ", c.tokenizer.path,
+                   " has ", d.tok->vocab_size(), " ids, more than the model's vocab_size ", d.spec.vocab_size());
     // Found now, not after the steps before the first sample.
     if (c.sample.every > 0 && !c.sample.prompt.empty()) {
       const int64_t n = int64_t(d.tok->encode(c.sample.prompt).size());
-      LLMTRAIN_CHECK(n < c.model.gpt2().block_size(), "sample.prompt is ", n,
-                     " tokens, which leaves no room for a new one in the model's block_size ",
-                     c.model.gpt2().block_size());
+      LLMTRAIN_CHECK(n < d.spec.block_size(), "sample.prompt is ", n,
+                     " tokens, which leaves no room for a new one in the model's block_size ", d.spec.block_size());
     }
   }
 
-  check_memory(c, d.device, d.world);
+  check_memory(c, d.spec, d.device, d.world);
   const double peak = peak_flops(d.device);  // before anything is allocated: it checks LLMTRAIN_PEAK_TFLOPS
   torch::manual_seed(c.train.seed);
-  d.model = nn::GPT2(c.model.gpt2());
+  d.model = nn::make_model(d.spec);
   if (!c.model.init_from.empty()) d.load_initial_weights(c.model.init_from);
-  d.model->to(d.device);
-  d.opt = std::make_unique<optim::MixedPrecisionOptimizer>(*d.model, c.optimizer());
+  d.model->module().to(d.device);
+  d.opt = std::make_unique<optim::MixedPrecisionOptimizer>(d.model->module(), c.optimizer());
   LLMTRAIN_CHECK(!c.train.zero || d.comm, "train.zero shards the optimizer over data-parallel ranks, and this run ",
-                 "has no communicator: start it under mpirun (train_gpt2 makes one there) or set train.zero=false");
+                 "has no communicator: start it under mpirun (train makes one there) or set train.zero=false");
   if (d.comm) {  // one rank too: the same path as many
     dist::DataParallelOptions o;
     o.bucket_bytes = c.train.bucket_mb << 20;
     o.shard_optimizer = c.train.zero;
-    d.dp = std::make_unique<dist::DataParallel>(d.model->parameters(), d.comm, o);
+    d.dp = std::make_unique<dist::DataParallel>(d.model->module().parameters(), d.comm, o);
     if (c.train.zero) shard_optimizer(*d.opt, *d.dp, d.comm);
   }
   d.stepper = std::make_unique<detail::TrainStep>(*d.model, *d.opt, d.dp.get(), d.device, d.accum);
@@ -505,7 +503,8 @@ Trainer::~Trainer() {
 }
 
 int64_t Trainer::step() const { return impl_->step; }
-nn::GPT2& Trainer::model() { return impl_->model; }
+nn::CausalLM& Trainer::model() { return *impl_->model; }
+std::shared_ptr<nn::CausalLM> Trainer::shared_model() { return impl_->model; }
 const TrainerConfig& Trainer::config() const { return impl_->cfg; }
 int64_t Trainer::grad_accum_steps() const { return impl_->accum; }
 void Trainer::on_step(std::function<void(const StepRecord&)> callback) { impl_->callback = std::move(callback); }
@@ -631,7 +630,7 @@ void Trainer::save_checkpoint() {
       if (masters) detail::save_torch(d.opt->master_params(), dir + "/" + shard_file("master", d.rank));
     };
   parts.shared = [&](const std::string& dir) {
-    detail::save_torch(d.model, dir + "/model.pt");
+    detail::save_torch(d.model->module().shared_from_this(), dir + "/model.pt");
     if (!sharded) {
       detail::save_torch(d.opt->adamw(), dir + "/optimizer.pt");
       if (masters) detail::save_torch(d.opt->master_params(), dir + "/master.pt");
@@ -644,7 +643,7 @@ void Trainer::save_checkpoint() {
     detail::CheckpointState state;
     state.step = d.step;
     state.elapsed_s = d.log->elapsed();
-    state.model = d.cfg.model.gpt2();
+    state.model = d.spec;
     state.precision = d.cfg.train.precision;
     state.zero_ranks = sharded ? d.world : 0;
     state.loss_scale = d.opt->scaler().scale_value();
@@ -670,9 +669,9 @@ bool Trainer::resume_if_possible() {
   const std::string dir = *newest;
   const auto state = detail::CheckpointState::read(dir);
   LLMTRAIN_CHECK(!state.model_only, "checkpoint ", dir, " holds a model alone (converted), not a ",
-                 "run to resume: start a run from it with model.init_from or finetune_gpt2 --from");
-  LLMTRAIN_CHECK(same_shape(state.model, d.cfg.model.gpt2()), "checkpoint ", dir, " holds a model of ",
-                 shape_text(state.model), "; this config has ", shape_text(d.cfg.model.gpt2()));
+                 "run to resume: start a run from it with model.init_from or finetune --from");
+  LLMTRAIN_CHECK(state.model.same_shape(d.spec), "checkpoint ", dir, " holds a model of ", state.model.describe(),
+                 "; this config has ", d.spec.describe());
   LLMTRAIN_CHECK(state.precision.value() == d.cfg.train.precision, "checkpoint ", dir, " was trained in ",
                  state.precision, "; this config asks for ", d.cfg.train.precision);
   const bool sharded = d.opt->sharded();
@@ -689,7 +688,10 @@ bool Trainer::resume_if_possible() {
   check_resumed_config(TrainerConfig::parse(state.config, "checkpoint " + dir + "/state.json's config"), d.cfg, dir,
                        d.rank == 0 && !d.cfg.train.quiet);
   const auto load = [&](const std::string& file, auto&& body) { detail::load_part(dir, file, body); };
-  load("model.pt", [&](const std::string& p) { torch::load(d.model, p); });
+  load("model.pt", [&](const std::string& p) {
+    auto module = d.model->module().shared_from_this();
+    torch::load(module, p);
+  });
   if (sharded) d.dp->load_shard_values();  // the slices' values (fp32: the masters) from the loaded weights
   const std::string opt_file = sharded ? shard_file("optimizer", d.rank) : "optimizer.pt",
                     master_file = sharded ? shard_file("master", d.rank) : "master.pt";

@@ -56,7 +56,7 @@ TEST(Nccl, TrainerAtWorldOneTakesTheStepsOfOneProcess_CUDA) {
                                          "train.cuda_graph=false"};
   llmtrain::train::Trainer plain(run.config("plain", sets));
   plain.run();
-  const auto want = plain.model()->named_parameters();
+  const auto want = plain.model().module().named_parameters();
   for (const char* zero : {"false", "true"}) {  // plain data parallelism, then ZeRO-1 (one shard: all of it)
     SCOPED_TRACE(std::string("train.zero=") + zero);
     std::vector<std::string> with = sets;
@@ -65,7 +65,7 @@ TEST(Nccl, TrainerAtWorldOneTakesTheStepsOfOneProcess_CUDA) {
                                 NcclCommunicator::create(nullptr, torch::Device(torch::kCUDA, 0)));
     ASSERT_EQ(dp.grad_accum_steps(), 2);
     dp.run();
-    for (const auto& p : dp.model()->named_parameters())
+    for (const auto& p : dp.model().module().named_parameters())
       EXPECT_LT((p.value() - want[p.key()]).abs().max().item<double>(), 1e-5) << p.key();
   }
   // The asynchronous reduce-scatter NCCL takes for ZeRO-1's buckets: the mean of one rank is its input.

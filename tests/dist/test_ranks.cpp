@@ -36,25 +36,29 @@ TEST(Ranks, CollectivesSumAndBroadcastOverTheRanks) {
 TEST(Ranks, TwoRanksOnHalfBatchesTrainAsOneProcessWithTwoAccumulationSteps) {
   const auto comm = world();
   ASSERT_EQ(comm->world_size(), 2);
-  llmtrain::testing::RunFolder run;  // each rank's own folder, with the same shards
-  const std::vector<std::string> five = {"train.max_steps=5", "checkpoint.every=0"};
-  llmtrain::train::Trainer one(run.config("one", five));
-  ASSERT_EQ(one.grad_accum_steps(), 2);
-  one.run();
-  const auto want = one.model()->named_parameters();
-  for (const char* zero : {"false", "true"}) {  // plain data parallelism, then ZeRO-1
-    SCOPED_TRACE(std::string("train.zero=") + zero);
-    std::vector<std::string> sets = five;
-    sets.push_back(std::string("train.zero=") + zero);
-    llmtrain::train::Trainer two(run.config(std::string("two_") + zero, sets), comm);
-    ASSERT_EQ(two.grad_accum_steps(), 1);
-    two.run();
-    for (const auto& p : two.model()->named_parameters()) {
-      const auto mine = p.value().detach().clone();
-      EXPECT_LT((mine - want[p.key()]).abs().max().item<double>(), 1e-5) << p.key();
-      auto sum = mine.clone();
-      comm->all_reduce_sum(sum);
-      EXPECT_TRUE(torch::equal(sum, 2 * mine)) << p.key() << ": the ranks hold different weights";
+  for (const char* preset : {"tiny", "llama-tiny"}) {  // GPT-2 and a Llama-family model alike
+    SCOPED_TRACE(preset);
+    llmtrain::testing::RunFolder run;  // each rank's own folder, with the same shards
+    const std::vector<std::string> five = {"train.max_steps=5", "checkpoint.every=0",
+                                           std::string("model.preset=") + preset, "model.vocab_size=4099"};
+    llmtrain::train::Trainer one(run.config("one", five));
+    ASSERT_EQ(one.grad_accum_steps(), 2);
+    one.run();
+    const auto want = one.model().module().named_parameters();
+    for (const char* zero : {"false", "true"}) {  // plain data parallelism, then ZeRO-1
+      SCOPED_TRACE(std::string("train.zero=") + zero);
+      std::vector<std::string> sets = five;
+      sets.push_back(std::string("train.zero=") + zero);
+      llmtrain::train::Trainer two(run.config(std::string("two_") + zero, sets), comm);
+      ASSERT_EQ(two.grad_accum_steps(), 1);
+      two.run();
+      for (const auto& p : two.model().module().named_parameters()) {
+        const auto mine = p.value().detach().clone();
+        EXPECT_LT((mine - want[p.key()]).abs().max().item<double>(), 1e-5) << p.key();
+        auto sum = mine.clone();
+        comm->all_reduce_sum(sum);
+        EXPECT_TRUE(torch::equal(sum, 2 * mine)) << p.key() << ": the ranks hold different weights";
+      }
     }
   }
 }

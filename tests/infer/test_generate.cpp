@@ -7,6 +7,7 @@
 #include <set>
 
 #include "llmtrain/infer/generate.h"
+#include "llmtrain/nn/gpt2.h"
 #include "test_util.h"
 
 using llmtrain::infer::SamplingOptions;
@@ -95,38 +96,51 @@ SamplingOptions greedy() {
 }  // namespace
 
 TEST(KVCache, PrefillAndDecodeStepsEqualTheWholeForward) {
-  auto model = tiny_model(1);
-  torch::NoGradGuard no_grad;
-  // Three rows of different prompt lengths, right-padded; then five steps of given tokens.
-  const std::vector<int64_t> lengths = {5, 9, 1};
-  const auto seqs = torch::randint(300, {3, 9 + 5}, torch::kLong);
-  auto prompts = seqs.narrow(1, 0, 9).clone();
-  prompts[0].narrow(0, 5, 4).fill_(7);  // the padding must not matter
-  prompts[2].narrow(0, 1, 8).fill_(7);
-  llmtrain::nn::KVCache cache(model->cfg, 3, 20, torch::kFloat, torch::kCPU);
-  const auto len = torch::tensor(lengths, torch::kLong);
-  std::vector<torch::Tensor> got = {model->prefill(prompts, len, cache)};  // (3, V) after each prompt
-  auto pos = len.clone();
-  for (int64_t s = 0; s < 5; ++s) {
-    const auto next = seqs.gather(1, pos.unsqueeze(1)).squeeze(1);  // row b's token at position pos[b]
-    got.push_back(model->decode(next, pos, cache));
-    pos += 1;
+  // Every family: GPT-2, and Llama, Mistral (a window of 8, passed by the last steps) and Qwen2 with
+  // grouped-query heads.
+  for (const char* preset : {"tiny", "llama-tiny", "mistral-tiny", "qwen2-tiny"}) {
+    SCOPED_TRACE(preset);
+    torch::manual_seed(1);
+    const auto model = llmtrain::nn::make_model(llmtrain::nn::ModelSpec::preset(preset));
+    model->module().eval();
+    torch::NoGradGuard no_grad;
+    // Three rows of different prompt lengths, right-padded; then five steps of given tokens.
+    const std::vector<int64_t> lengths = {5, 9, 1};
+    const auto seqs = torch::randint(250, {3, 9 + 5}, torch::kLong);
+    auto prompts = seqs.narrow(1, 0, 9).clone();
+    prompts[0].narrow(0, 5, 4).fill_(7);  // the padding must not matter
+    prompts[2].narrow(0, 1, 8).fill_(7);
+    auto cache = model->make_cache(3, 20, torch::kFloat, torch::kCPU);
+    const auto len = torch::tensor(lengths, torch::kLong);
+    std::vector<torch::Tensor> got = {model->prefill(prompts, len, cache)};  // (3, V) after each prompt
+    auto pos = len.clone();
+    for (int64_t s = 0; s < 5; ++s) {
+      const auto next = seqs.gather(1, pos.unsqueeze(1)).squeeze(1);  // row b's token at position pos[b]
+      got.push_back(model->decode(next, pos, cache));
+      pos += 1;
+    }
+    for (int64_t b = 0; b < 3; ++b) {
+      const int64_t L = lengths[size_t(b)];
+      const auto whole = model->logits(seqs[b].narrow(0, 0, L + 5).unsqueeze(0))[0];  // (L + 5, V)
+      for (int64_t s = 0; s <= 5; ++s)
+        EXPECT_LT(llmtrain::testing::max_abs_diff(got[size_t(s)][b], whole[L - 1 + s]), 1e-5)
+            << "row " << b << " step " << s;
+    }
+    expect_error([&] { model->decode(torch::zeros({2}, torch::kLong), torch::zeros({2}, torch::kLong), cache); },
+                 {"the cache holds 3 rows, the batch has 2"});
+    expect_error(
+        [&] {
+          model->prefill(prompts, torch::tensor({5, 10, 1}), cache);
+        },
+        {"every length must lie in [1, 9]"});
+    expect_error(
+        [&] {
+          model->decode(seqs.select(1, 0), torch::tensor({3, 20, 4}), cache);
+        },
+        {"positions must lie in [0, 20)"});
+    expect_error([&] { model->make_cache(1, model->block_size() + 1, torch::kFloat, torch::kCPU); },
+                 {"capacity", "is outside [1, block_size"});
   }
-  for (int64_t b = 0; b < 3; ++b) {
-    const int64_t L = lengths[size_t(b)];
-    const auto whole = model(seqs[b].narrow(0, 0, L + 5).unsqueeze(0)).logits[0];  // (L + 5, V)
-    for (int64_t s = 0; s <= 5; ++s)
-      EXPECT_LT(llmtrain::testing::max_abs_diff(got[size_t(s)][b], whole[L - 1 + s]), 1e-5)
-          << "row " << b << " step " << s;
-  }
-  expect_error([&] { model->decode(torch::zeros({2}, torch::kLong), torch::zeros({2}, torch::kLong), cache); },
-               {"the cache holds 3 rows, the batch has 2"});
-  expect_error([&] { model->prefill(prompts, torch::tensor({5, 10, 1}), cache); }, {"every length must lie in [1, 9]"});
-  expect_error(
-      [&] {
-        model->decode(seqs.select(1, 0), torch::tensor({3, 20, 4}), cache);
-      },
-      {"positions must lie in [0, 20)"});
 }
 
 TEST(Generator, BatchOfPromptsEqualsEachPromptAlone) {

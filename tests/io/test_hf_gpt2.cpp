@@ -217,7 +217,7 @@ TEST(HFGPT2, Bf16KVCacheGenerationMatchesTransformers_CUDA) {
     const auto theirs = hf_logits(hf, ids, V, "cuda", "bfloat16")[0];
 
     // llmtrain's logits along the same tokens, through the prefill and one decode step per token.
-    llmtrain::nn::KVCache cache(model->cfg, 1, P + N, torch::kBFloat16, torch::kCUDA);
+    auto cache = model->make_cache(1, P + N, torch::kBFloat16, torch::kCUDA);
     const auto cuda_ids = ids.cuda();
     std::vector<torch::Tensor> mine = {model->prefill(cuda_ids.narrow(1, 0, P), torch::tensor({P}).cuda(), cache)};
     for (int64_t t = P; t < P + N - 1; ++t)

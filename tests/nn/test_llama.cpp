@@ -11,6 +11,7 @@
 
 #include "../../src/io/hf_config.h"
 #include "llmtrain/core/fs.h"
+#include "llmtrain/infer/generate.h"
 #include "llmtrain/io/hf_llama.h"
 #include "llmtrain/nn/llama.h"
 #include "llmtrain/optim/optimizer.h"
@@ -78,6 +79,16 @@ TEST(Llama, EachFamilyLoadsFoldersTransformersSavedWithItsLogitsAndExportsThemBa
     const auto logits = model(idx).logits;
     const auto shape = logits.sizes();
     expect_same_logits(logits, logits_file(theirs + "/logits.bin", shape), "loaded");
+    // Greedy generation through the KV cache picks the 32 ids transformers' generate() picks.
+    const auto prompt_row = idx[0].narrow(0, 0, 8);
+    const std::vector<int32_t> prompt(prompt_row.data_ptr<int64_t>(), prompt_row.data_ptr<int64_t>() + 8);
+    llmtrain::infer::SamplingOptions greedy;
+    greedy.temperature = 0;
+    auto ours_ids = llmtrain::infer::generate(model, prompt, 32, greedy);
+    ours_ids.erase(ours_ids.begin(), ours_ids.begin() + 8);
+    const auto want =
+        nlohmann::json::parse(llmtrain::fs::read_file(theirs + "/greedy.json")).get<std::vector<int32_t>>();
+    EXPECT_EQ(ours_ids, want);
     // The same model written out: transformers reads it back to the same logits.
     llmtrain::io::save_hf_llama(model, ours);
     llmtrain::fs::write_file_atomic(ours + "/ids.json", llmtrain::fs::read_file(theirs + "/ids.json"));

@@ -366,12 +366,51 @@ TEST(OpsDecodeAttention, AppendsToTheCacheAndAttendsToTheRowsPrefix) {
       },
       {"positions must lie in [0, 10)", "[0, 10]"});
   llmtrain::testing::expect_error([&] { ops::decode_attention(qkv.narrow(1, 0, C), kc, vc, torch::tensor(pos)); },
-                                  {"qkv must be (3, 24)"});
+                                  {"qkv must be (3, (H + 2 x 2) x 4)"});
   llmtrain::testing::expect_error([&] { ops::decode_attention(qkv.to(torch::kFloat), kc, vc, torch::tensor(pos)); },
                                   {"must share a dtype"});
   const auto trainable = qkv.clone().requires_grad_();
   llmtrain::testing::expect_error([&] { ops::decode_attention(trainable, kc, vc, torch::tensor(pos)); },
                                   {"no backward"});
+}
+
+TEST(OpsDecodeAttention, GroupedHeadsReadTheirSharedKeysWithinTheWindow) {
+  // Six query heads over two key/value heads (three queries each), a window of 3 positions.
+  const int64_t B = 2, H = 6, KV = 2, S = 9, D = 4, W = 3;
+  const auto qkv = torch::randn({B, (H + 2 * KV) * D}, kF64);
+  const auto k0 = torch::randn({B, KV, S, D}, kF64), v0 = torch::randn({B, KV, S, D}, kF64);
+  for (const int64_t window : {int64_t(0), W}) {
+    auto kc = k0.clone(), vc = v0.clone();
+    const std::vector<int64_t> pos = {1, 7};
+    const auto y = ops::decode_attention(qkv, kc, vc, torch::tensor(pos, torch::kLong), window);
+    ASSERT_EQ(y.sizes(), (std::vector<int64_t>{B, H * D}));
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t p = pos[size_t(b)], lo = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t g = h / (H / KV);
+        auto want_k = k0[b][g].clone(), want_v = v0[b][g].clone();
+        want_k[p] = qkv[b].narrow(0, (H + g) * D, D);
+        want_v[p] = qkv[b].narrow(0, (H + KV + g) * D, D);
+        EXPECT_TRUE(torch::equal(kc[b][g], want_k)) << b << ", " << g;
+        EXPECT_TRUE(torch::equal(vc[b][g], want_v)) << b << ", " << g;
+        const auto q = qkv[b].narrow(0, h * D, D);
+        const auto w = torch::softmax(torch::mv(want_k.narrow(0, lo, p + 1 - lo), q) / std::sqrt(double(D)), 0);
+        EXPECT_LT(max_abs_diff(y[b].narrow(0, h * D, D), torch::mv(want_v.narrow(0, lo, p + 1 - lo).t(), w)), 1e-12)
+            << "window " << window << " row " << b << " head " << h;
+      }
+    }
+  }
+  auto kc = k0.clone(), vc = v0.clone();
+  llmtrain::testing::expect_error(
+      [&] {
+        ops::decode_attention(qkv.narrow(1, 0, 5 * D), kc, vc, torch::tensor({0, 1}));
+      },
+      {"H a multiple of the caches' 2 heads"});
+  llmtrain::testing::expect_error(
+      [&] {
+        ops::decode_attention(qkv, kc, vc, torch::tensor({0, 1}), -1);
+      },
+      {"window must be >= 0"});
 }
 
 TEST(OpsAdamW, ReferenceStepEqualsLibTorchAdamW) {

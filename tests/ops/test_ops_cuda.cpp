@@ -500,27 +500,34 @@ TEST(OpsDecodeAttention, KernelMatchesReference_CUDA) {
   struct Case {
     torch::Dtype dtype;
     int64_t B, H, S, D;
+    int64_t KV = 0, window = 0;  // KV 0: H (no grouping)
   };
   for (const auto& c : std::vector<Case>{{torch::kBFloat16, 1, 12, 1024, 64},
                                          {torch::kBFloat16, 5, 3, 37, 64},
                                          {torch::kBFloat16, 2, 2, 300, 128},
                                          {torch::kHalf, 3, 4, 129, 32},
                                          {torch::kFloat, 4, 12, 513, 64},
-                                         {torch::kFloat, 2, 5, 1, 16}}) {
-    SCOPED_TRACE(testing::Message() << c.dtype << " B " << c.B << " H " << c.H << " S " << c.S << " D " << c.D);
-    const int64_t C = c.H * c.D;
-    // qkv rows 8 elements apart beyond 3C: strided, as a slice of a wider product would be.
-    const auto wide = torch::randn({c.B, 3 * C + 8}, torch::kDouble).to(c.dtype);
-    const auto qkv = wide.narrow(1, 0, 3 * C);
-    const auto k0 = torch::randn({c.B, c.H, c.S, c.D}, torch::kDouble).to(c.dtype);
-    const auto v0 = torch::randn({c.B, c.H, c.S, c.D}, torch::kDouble).to(c.dtype);
+                                         {torch::kFloat, 2, 5, 1, 16},
+                                         {torch::kBFloat16, 3, 32, 700, 64, 8},  // Llama-3.2-1B's groups
+                                         {torch::kBFloat16, 4, 14, 300, 64, 2},  // Qwen2.5-0.5B's
+                                         {torch::kFloat, 3, 8, 200, 32, 2, 37},  // a sliding window
+                                         {torch::kBFloat16, 2, 4, 64, 128, 1, 5}}) {
+    const int64_t KV = c.KV > 0 ? c.KV : c.H;
+    SCOPED_TRACE(testing::Message() << c.dtype << " B " << c.B << " H " << c.H << " KV " << KV << " S " << c.S << " D "
+                                    << c.D << " window " << c.window);
+    const int64_t width = (c.H + 2 * KV) * c.D;
+    // qkv rows 8 elements apart beyond their width: strided, as a slice of a wider product would be.
+    const auto wide = torch::randn({c.B, width + 8}, torch::kDouble).to(c.dtype);
+    const auto qkv = wide.narrow(1, 0, width);
+    const auto k0 = torch::randn({c.B, KV, c.S, c.D}, torch::kDouble).to(c.dtype);
+    const auto v0 = torch::randn({c.B, KV, c.S, c.D}, torch::kDouble).to(c.dtype);
     auto pos = torch::randint(c.S, {c.B}, torch::kLong);
     pos[0] = c.S - 1;
     if (c.B > 1) pos[1] = 0;
     auto kr = k0.to(torch::kDouble), vr = v0.to(torch::kDouble);
-    const auto want = ops::decode_attention(qkv.to(torch::kDouble), kr, vr, pos);
+    const auto want = ops::decode_attention(qkv.to(torch::kDouble), kr, vr, pos, c.window);
     auto kg = k0.cuda(), vg = v0.cuda();
-    const auto got = ops::decode_attention(qkv.cuda(), kg, vg, pos.cuda());
+    const auto got = ops::decode_attention(qkv.cuda(), kg, vg, pos.cuda(), c.window);
     expect_near(got, want, tolerance(c.dtype), "out");
     EXPECT_TRUE(torch::equal(kg.cpu(), kr.to(c.dtype))) << "k cache";
     EXPECT_TRUE(torch::equal(vg.cpu(), vr.to(c.dtype))) << "v cache";

@@ -64,7 +64,7 @@ struct Setting {
       "out_dir": ")" + t.path + R"(/run"})");
   }
   std::vector<std::string> train(const std::string& out, std::vector<std::string> extra = {}) const {
-    std::vector<std::string> argv = {"train_gpt2", "--config", config, "--set", "out_dir=" + out};
+    std::vector<std::string> argv = {"train", "--config", config, "--set", "out_dir=" + out};
     for (const auto& e : extra) argv.insert(argv.end(), {"--set", e});
     return argv;
   }
@@ -76,8 +76,7 @@ struct Setting {
   }
   std::string hf_dir() {
     const std::string out = t.path + "/hf";
-    if (!fs::exists(out))
-      expect_ok(run({"convert_checkpoint", "--from", "native", run_dir(), "--to", "hf", out}), "export");
+    if (!fs::exists(out)) expect_ok(run({"convert", "--from", "native", run_dir(), "--to", "hf", out}), "export");
     return out;
   }
 };

@@ -38,7 +38,7 @@ TEST(HostileInputs, OutputsNeverDestroyAUsersFiles) {
   fs::write_file_atomic(file, "the user's");
   const std::string run_dir = s.run_dir(), hf = s.hf_dir();
   const auto convert = [&](const std::string& to, std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv = {"convert_checkpoint", "--from", "native", run_dir, "--to", "hf", to};
+    std::vector<std::string> argv = {"convert", "--from", "native", run_dir, "--to", "hf", to};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return run(argv, {{"HOME", home}}, "", work);
   };
@@ -49,15 +49,13 @@ TEST(HostileInputs, OutputsNeverDestroyAUsersFiles) {
   expect_refused(convert(foreign), {"llmtrain did not write", "--force"}, "convert over a foreign folder");
   expect_refused(convert(file), {"existing file", "--force"}, "convert over a file");
   expect_refused(convert(s.t.path + "/runs"), {"holds the input"}, "convert into a folder holding the input");
-  expect_refused(run({"convert_checkpoint", "--from", "hf", hf, "--to", "hf", hf}), {"is the input"},
-                 "convert onto its input");
+  expect_refused(run({"convert", "--from", "hf", hf, "--to", "hf", hf}), {"is the input"}, "convert onto its input");
   for (const auto& d : {work, home, foreign})
     EXPECT_EQ(fs::read_file(d + "/keep.txt"), "the user's") << d << " lost a file";
   EXPECT_EQ(fs::read_file(file), "the user's");
   expect_ok(convert(foreign, {"--force"}), "convert --force over a foreign folder");
   expect_ok(convert(foreign), "convert over its own earlier output");
-  expect_ok(run({"convert_checkpoint", "--from", "hf", foreign, "--to", "native", s.t.path + "/back"}),
-            "the export loads");
+  expect_ok(run({"convert", "--from", "hf", foreign, "--to", "native", s.t.path + "/back"}), "the export loads");
 
   // prepare_data: the same refusals, and an input folder is never an output's home.
   const std::string corpus = s.t.path + "/corpus";
@@ -97,14 +95,14 @@ TEST(HostileInputs, OutputsNeverDestroyAUsersFiles) {
       run(s.train(s.t.path + "/r2", {"data.train=" + shards + "/train_*.bin", "model.vocab_size=300", "data.val="})),
       {"train_000007.bin is not listed in", "manifest.json"}, "a stale shard");
 
-  // train_gpt2 / finetune_gpt2: out_dir is never ".", an input, or a folder with someone else's run files.
+  // train / finetune: out_dir is never ".", an input, or a folder with someone else's run files.
   expect_refused(run(s.train("."), {}, "", work), {"out_dir .", "the working folder"}, "train out_dir=.");
   const std::string config_before = fs::read_file(hf + "/config.json");
   const std::string ft = s.t.path + "/finetune.json";
   fs::write_file_atomic(ft, "{\"data\": {\"train\": \"" + s.data +
                                 "/train_*.bin\"}, \"device\": \"cpu\", \"train\": "
                                 "{\"batch_size\": 2, \"seq_len\": 16, \"max_steps\": 2}}");
-  expect_refused(run({"finetune_gpt2", "--init", hf, "--config", ft, "--set", "out_dir=" + hf}),
+  expect_refused(run({"finetune", "--init", hf, "--config", ft, "--set", "out_dir=" + hf}),
                  {"out_dir " + hf, "is the input"}, "fine-tune into the folder fine-tuned from");
   EXPECT_EQ(fs::read_file(hf + "/config.json"), config_before);
   fs::write_file_atomic(foreign + "/config.json", "the user's");
@@ -136,13 +134,12 @@ TEST(HostileInputs, ACrashDuringACheckpointLeavesOneToResumeFrom) {
   }
   // A converted folder killed after the exchange of a replace: the folder under the name is complete.
   const std::string run_dir = s.run_dir(), out = s.t.path + "/export";
-  expect_ok(run({"convert_checkpoint", "--from", "native", run_dir, "--to", "hf", out}), "export");
+  expect_ok(run({"convert", "--from", "native", run_dir, "--to", "hf", out}), "export");
   for (const char* point : {"replace:filled", "replace:exchanged"}) {
     const auto killed =
-        run({"convert_checkpoint", "--from", "native", run_dir, "--to", "hf", out}, {{"LLMTRAIN_FAILPOINT", point}});
+        run({"convert", "--from", "native", run_dir, "--to", "hf", out}, {{"LLMTRAIN_FAILPOINT", point}});
     EXPECT_EQ(killed.signal, SIGKILL) << point;
-    expect_ok(run({"convert_checkpoint", "--from", "hf", out, "--to", "native",
-                   s.t.path + "/loaded_" + std::string(point + 8)}),
+    expect_ok(run({"convert", "--from", "hf", out, "--to", "native", s.t.path + "/loaded_" + std::string(point + 8)}),
               std::string("the export still loads after a crash at ") + point);
   }
 }
@@ -205,12 +202,10 @@ TEST(HostileInputs, AFullDiskFailsCleanlyAndKeepsTheEarlierOutput) {
   // An export that does not fit: an error, and the earlier export as it was.
   const std::string run_dir = s.run_dir();
   const std::string body2 =
-      sh({bin("convert_checkpoint"), "--from", "native", run_dir, "--to", "native", disk + "/a"}) +
-      "; echo \"first exit $?\"; " +
-      sh({bin("convert_checkpoint"), "--from", "native", run_dir, "--to", "native", disk + "/a"}) +
+      sh({bin("convert"), "--from", "native", run_dir, "--to", "native", disk + "/a"}) + "; echo \"first exit $?\"; " +
+      sh({bin("convert"), "--from", "native", run_dir, "--to", "native", disk + "/a"}) +
       "; echo \"second exit $?\"; ls -a " + disk + "; " +
-      sh({bin("convert_checkpoint"), "--from", "native", disk + "/a", "--to", "hf", disk + "/b"}) +
-      "; echo \"third exit $?\"";
+      sh({bin("convert"), "--from", "native", disk + "/a", "--to", "hf", disk + "/b"}) + "; echo \"third exit $?\"";
   const auto argv2 = lt::in_small_tmpfs(disk, "400k", body2, s.t.path + "/full2.sh");
   const auto o2 = lt::run({argv2, {}, "", "", 300});
   EXPECT_THAT(o2.output, HasSubstr("first exit 0"));
@@ -232,14 +227,14 @@ TEST(HostileInputs, BadFilesFlagsAndVariablesEndInAClearError) {
   const std::string gpt2 = lt::test_data_dir().empty() ? "" : lt::test_data_dir() + "/gpt2";
 
   // JSON: nesting deep enough to overflow a recursive printer, in every reader; values quoted short.
-  expect_refused(run({"train_gpt2", "--config", write("deep.json", nested(200000))}),
-                 {"deep.json", "nested deeper than 64"}, "a deeply nested config");
-  expect_refused(run({"train_gpt2", "--config", write("deep_value.json", "{\"out_dir\": " + nested(100000) + "}")}),
+  expect_refused(run({"train", "--config", write("deep.json", nested(200000))}), {"deep.json", "nested deeper than 64"},
+                 "a deeply nested config");
+  expect_refused(run({"train", "--config", write("deep_value.json", "{\"out_dir\": " + nested(100000) + "}")}),
                  {"nested deeper than 64"}, "a deeply nested value");
   std::string long_list = "[0";
   for (int i = 1; i < 200000; ++i) long_list += "," + std::to_string(i);
   long_list += "]";
-  const auto wide = run({"train_gpt2", "--config", write("wide_value.json", "{\"out_dir\": " + long_list + "}")});
+  const auto wide = run({"train", "--config", write("wide_value.json", "{\"out_dir\": " + long_list + "}")});
   expect_refused(wide, {"out_dir must be a string, got [0,1,2,"}, "a huge value");
   EXPECT_LT(wide.output.size(), 1000u) << "the value is quoted, not printed whole";
 
@@ -287,13 +282,13 @@ TEST(HostileInputs, BadFilesFlagsAndVariablesEndInAClearError) {
 
   // Model files: Hugging Face folders, safetensors and llm.c headers whose sizes are lies.
   const std::string bad_hf = d + "/bad_hf";
-  expect_ok(run({"convert_checkpoint", "--from", "hf", hf, "--to", "hf", bad_hf}), "a copy of the export");
+  expect_ok(run({"convert", "--from", "hf", hf, "--to", "hf", bad_hf}), "a copy of the export");
   const std::string hf_config = fs::read_file(bad_hf + "/config.json");
   const auto with_config = [&](const std::string& from, const std::string& to) {
     std::string t = hf_config;
     t.replace(t.find(from), from.size(), to);
     fs::write_file_atomic(bad_hf + "/config.json", t);
-    return run({"convert_checkpoint", "--from", "hf", bad_hf, "--to", "native", d + "/from_bad_hf"});
+    return run({"convert", "--from", "hf", bad_hf, "--to", "native", d + "/from_bad_hf"});
   };
   expect_refused(with_config("\"n_layer\": 1", "\"n_layer\": \"1\""), {"config.json: n_layer must be an integer"},
                  "n_layer as text");
@@ -307,7 +302,7 @@ TEST(HostileInputs, BadFilesFlagsAndVariablesEndInAClearError) {
     std::string len(8, '\0');
     for (int i = 0; i < 8; ++i) len[size_t(i)] = char((uint64_t(header.size()) >> (8 * i)) & 0xff);
     fs::write_file_atomic(st, len + header + rest);
-    const auto o = run({"convert_checkpoint", "--from", "hf", bad_hf, "--to", "native", d + "/from_bad_st"});
+    const auto o = run({"convert", "--from", "hf", bad_hf, "--to", "native", d + "/from_bad_st"});
     fs::write_file_atomic(st, st_good);
     return o;
   };
@@ -316,18 +311,18 @@ TEST(HostileInputs, BadFilesFlagsAndVariablesEndInAClearError) {
                  {"tensor a: shape", "larger than the file"}, "a shape past the file");
   std::string huge_len(8, '\xff');
   fs::write_file_atomic(st, huge_len + "{}");
-  expect_refused(run({"convert_checkpoint", "--from", "hf", bad_hf, "--to", "native", d + "/x"}), {"header length"},
+  expect_refused(run({"convert", "--from", "hf", bad_hf, "--to", "native", d + "/x"}), {"header length"},
                  "a header length past the file");
   fs::write_file_atomic(st, st_good);
   const auto llmc = [&](std::vector<int32_t> header) {
     header.resize(256, 0);
     return write("model.bin", std::string(reinterpret_cast<const char*>(header.data()), 1024));
   };
-  expect_refused(run({"convert_checkpoint", "--from", "llmc",
-                      llmc({20240326, 3, 1024, 50257, 1 << 30, 1, 1 << 30, 50304}), "--to", "native", d + "/x"}),
+  expect_refused(run({"convert", "--from", "llmc", llmc({20240326, 3, 1024, 50257, 1 << 30, 1, 1 << 30, 50304}), "--to",
+                      "native", d + "/x"}),
                  {"llm.c model", "overflows 64-bit sizes"}, "an llm.c header whose sizes overflow");
-  expect_refused(run({"convert_checkpoint", "--from", "llmc", llmc({20240326, 3, 1024, 50257, 12, 12, 768, 50304}),
-                      "--to", "native", d + "/x"}),
+  expect_refused(run({"convert", "--from", "llmc", llmc({20240326, 3, 1024, 50257, 12, 12, 768, 50304}), "--to",
+                      "native", d + "/x"}),
                  {"1024 bytes; its header describes"}, "an llm.c header larger than its file");
 
   // Token shards and corpora: counts past the file; a FIFO as input, refused at once instead of a wait.
@@ -367,7 +362,7 @@ TEST(HostileInputs, BadFilesFlagsAndVariablesEndInAClearError) {
     expect_refused(run({"tokenize", "--vocab-dir", d + "/vocab"}, {}, "hi"), {"vocab.json: JSON nested deeper"},
                    "a nested vocabulary");
   }
-  expect_refused(run({"generate_gpt2", "--checkpoint", run_dir, "--prompt-ids", "[99999999]", "--format", "ids"}),
+  expect_refused(run({"generate", "--checkpoint", run_dir, "--prompt-ids", "[99999999]", "--format", "ids"}),
                  {"--prompt-ids: entry 0 is 99999999, not a token id in [0, 256)"}, "a prompt id past the model");
   expect_refused(
       run({"tokenize", "--tokenizer", "sentencepiece", "--model", write("junk.model", std::string(4096, '\x0a'))}, {},

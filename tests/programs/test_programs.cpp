@@ -1,8 +1,8 @@
 // Every program of examples/ run end to end as a user runs it, on tiny inputs: a text corpus to a
 // tokenizer (train_tokenizer), text to ids and back (tokenize), shards (prepare_data), a trained and
-// resumed model (train_gpt2), samples that stop where they should (generate_gpt2), the model converted
-// each way and still the same (convert_checkpoint), and a fine-tuning run started, refused and resumed
-// (finetune_gpt2). train_gpt2 and finetune_gpt2 refuse to start over a used out_dir. (The schedule is
+// resumed model (train), samples that stop where they should (generate), the model converted
+// each way and still the same (convert), and a fine-tuning run started, refused and resumed
+// (finetune). train and finetune refuse to start over a used out_dir. (The schedule is
 // constant so that --resume may run further: a cosine one is refused, as exactness requires.)
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -77,7 +77,7 @@ TEST(Programs, FromTextToATrainedModelSamplesConversionsAndAFineTune) {
   EXPECT_TRUE(fs::exists(t.path + "/data/train_000000.bin"));
   EXPECT_TRUE(fs::exists(t.path + "/data/val_000000.bin"));
 
-  // train_gpt2: a run, refused over its used out_dir, resumed further with --resume.
+  // train: a run, refused over its used out_dir, resumed further with --resume.
   const std::string config = t.path + "/tiny.json", run_dir = t.path + "/run";
   std::ofstream(config) << nlohmann::json{
       {"model", {{"preset", "tiny"}, {"vocab_size", 300}, {"n_layer", 1}, {"block_size", 32}}},
@@ -88,31 +88,31 @@ TEST(Programs, FromTextToATrainedModelSamplesConversionsAndAFineTune) {
       {"checkpoint", {{"every", 3}, {"keep", 2}}},
       {"device", "cpu"},
       {"out_dir", run_dir}};
-  const auto trained_run = run({"train_gpt2", "--config", config});
-  expect_ok(trained_run, "train_gpt2");
+  const auto trained_run = run({"train", "--config", config});
+  expect_ok(trained_run, "train");
   EXPECT_THAT(trained_run.output, HasSubstr("done at step 6"));
   const std::string metrics = fs::read_file(run_dir + "/metrics.jsonl");
-  expect_refused(run({"train_gpt2", "--config", config}), {run_dir, "already holds a run", "--resume"},
-                 "train_gpt2 over a used out_dir");
+  expect_refused(run({"train", "--config", config}), {run_dir, "already holds a run", "--resume"},
+                 "train over a used out_dir");
   EXPECT_EQ(fs::read_file(run_dir + "/metrics.jsonl"), metrics);
-  const auto resumed = run({"train_gpt2", "--config", config, "--set", "train.max_steps=8", "--resume"});
-  expect_ok(resumed, "train_gpt2 --resume");
+  const auto resumed = run({"train", "--config", config, "--set", "train.max_steps=8", "--resume"});
+  expect_ok(resumed, "train --resume");
   EXPECT_THAT(resumed.output, HasSubstr("resumed from " + run_dir + "/checkpoints/step_00000006"));
   EXPECT_THAT(resumed.output, HasSubstr("done at step 8"));
 
-  // generate_gpt2: text from the run's own tokenizer; ids; --stop-ids ends at the id it names.
-  const auto sample = run(
-      {"generate_gpt2", "--checkpoint", run_dir, "--prompt", "the model", "--max-new-tokens", "8", "--device", "cpu"});
-  expect_ok(sample, "generate_gpt2");
+  // generate: text from the run's own tokenizer; ids; --stop-ids ends at the id it names.
+  const auto sample =
+      run({"generate", "--checkpoint", run_dir, "--prompt", "the model", "--max-new-tokens", "8", "--device", "cpu"});
+  expect_ok(sample, "generate");
   EXPECT_EQ(sample.output.rfind("the model", 0), 0u) << sample.output;
   const std::vector<std::string> greedy = {"--prompt-ids", "[5, 9, 12]", "--max-new-tokens", "6",  "--temperature", "0",
                                            "--format",     "ids",        "--device",         "cpu"};
   const auto generate = [&](const std::string& from, std::vector<std::string> extra) {
-    std::vector<std::string> argv = {"generate_gpt2", "--checkpoint", from};
+    std::vector<std::string> argv = {"generate", "--checkpoint", from};
     argv.insert(argv.end(), greedy.begin(), greedy.end());
     argv.insert(argv.end(), extra.begin(), extra.end());
     const auto o = run(argv);
-    expect_ok(o, "generate_gpt2 --checkpoint " + from);
+    expect_ok(o, "generate --checkpoint " + from);
     return o.exited && o.code == 0 ? ids_of(o) : Ids{};
   };
   const Ids six = generate(run_dir, {"--stop-ids", "[]"});
@@ -124,7 +124,7 @@ TEST(Programs, FromTextToATrainedModelSamplesConversionsAndAFineTune) {
   const auto tok_cfg = llmtrain::train::model_tokenizer(run_dir);
   ASSERT_TRUE(tok_cfg.has_value());
   const int32_t eot = *llmtrain::train::load_tokenizer(*tok_cfg)->eot_id();
-  auto net = llmtrain::train::load_checkpoint_model(run_dir);
+  auto net = llmtrain::testing::as_gpt2(llmtrain::train::load_checkpoint_model(run_dir));
   {
     torch::NoGradGuard no_grad;
     net->eval();
@@ -134,25 +134,25 @@ TEST(Programs, FromTextToATrainedModelSamplesConversionsAndAFineTune) {
     const double logit = h[0][-1].dot(wte[first]).item<double>();
     wte[eot].copy_(wte[first] * (logit > 0 ? 2.0 : 0.5));
   }
-  llmtrain::train::save_model_checkpoint(net, t.path + "/ends", {}, tok_cfg);
+  llmtrain::train::save_model_checkpoint(net.ptr(), t.path + "/ends", {}, tok_cfg);
   EXPECT_EQ(generate(t.path + "/ends", {}), Ids{eot});
 
-  // convert_checkpoint, each way: the same greedy ids from every form of the model.
+  // convert, each way: the same greedy ids from every form of the model.
   const auto convert = [&](std::vector<std::string> argv) {
-    argv.insert(argv.begin(), "convert_checkpoint");
+    argv.insert(argv.begin(), "convert");
     expect_ok(run(argv), argv[2] + " -> " + argv[5]);
   };
   convert({"--from", "native", run_dir, "--to", "hf", t.path + "/hf"});
   convert({"--from", "hf", t.path + "/hf", "--to", "native", t.path + "/from_hf"});
   convert({"--from", "native", run_dir, "--to", "native", t.path + "/native"});
-  auto trained_net = llmtrain::train::load_checkpoint_model(run_dir);
+  auto trained_net = llmtrain::testing::as_gpt2(llmtrain::train::load_checkpoint_model(run_dir));
   std::ofstream(t.path + "/model.bin", std::ios::binary) << llmtrain::testing::llmc_bytes(trained_net, 3, 320);
   convert({"--from", "llmc", t.path + "/model.bin", "--to", "native", t.path + "/from_llmc"});
   for (const char* form : {"/hf", "/from_hf", "/native", "/from_llmc"})
     EXPECT_EQ(generate(t.path + form, {"--stop-ids", "[]"}), six) << form;
   EXPECT_EQ(fs::read_file(t.path + "/hf/tokenizer.model"), trained);
 
-  // finetune_gpt2: from the run, refused over its used out_dir, resumed further with --resume.
+  // finetune: from the run, refused over its used out_dir, resumed further with --resume.
   const std::string ft = t.path + "/ft.json", ft_dir = t.path + "/ft";
   std::ofstream(ft) << nlohmann::json{
       {"data", {{"train", t.path + "/data/train_*.bin"}}},
@@ -160,21 +160,21 @@ TEST(Programs, FromTextToATrainedModelSamplesConversionsAndAFineTune) {
       {"checkpoint", {{"every", 3}}},
       {"device", "cpu"},
       {"out_dir", ft_dir}};
-  const auto tuned = run({"finetune_gpt2", "--from", run_dir, "--config", ft});
-  expect_ok(tuned, "finetune_gpt2");
+  const auto tuned = run({"finetune", "--from", run_dir, "--config", ft});
+  expect_ok(tuned, "finetune");
   EXPECT_THAT(tuned.output, HasSubstr("done at step 3"));
   EXPECT_EQ(fs::read_file(ft_dir + "/tokenizer/tokenizer.model"), trained);
-  expect_refused(run({"finetune_gpt2", "--from", run_dir, "--config", ft}), {ft_dir, "already holds a run", "--resume"},
-                 "finetune_gpt2 over a used out_dir");
+  expect_refused(run({"finetune", "--from", run_dir, "--config", ft}), {ft_dir, "already holds a run", "--resume"},
+                 "finetune over a used out_dir");
   const auto tuned_more =
-      run({"finetune_gpt2", "--from", run_dir, "--config", ft, "--set", "train.max_steps=5", "--resume"});
-  expect_ok(tuned_more, "finetune_gpt2 --resume");
+      run({"finetune", "--from", run_dir, "--config", ft, "--set", "train.max_steps=5", "--resume"});
+  expect_ok(tuned_more, "finetune --resume");
   EXPECT_THAT(tuned_more.output, HasSubstr("resumed from " + ft_dir + "/checkpoints/step_00000003"));
   EXPECT_THAT(tuned_more.output, HasSubstr("done at step 5"));
 }
 
 // examples/train_loop.cpp, the loop written out from the library's parts: it learns, logs each step in
-// metrics.jsonl, and leaves a model that generate_gpt2 reads; run again, it starts its folder afresh.
+// metrics.jsonl, and leaves a model that generate reads; run again, it starts its folder afresh.
 TEST(Programs, TheWrittenOutTrainLoopLearnsAndItsModelGenerates) {
   llmtrain::testing::TempDir t;
   const std::string corpus = t.path + "/corpus.txt", model = t.path + "/tok/sp.model", out = t.path + "/loop";
@@ -201,9 +201,8 @@ TEST(Programs, TheWrittenOutTrainLoopLearnsAndItsModelGenerates) {
   EXPECT_GT(losses[0], 10.0);     // ln(50257): a fresh model
   EXPECT_LT(losses[39], losses[0] - 4.0) << "40 steps on a 300-id corpus";
   EXPECT_TRUE(fs::exists(out + "/loss.svg"));
-  const auto gen =
-      run({"generate_gpt2", "--checkpoint", out + "/model", "--prompt-ids", "[5, 9, 12]", "--max-new-tokens", "4",
-           "--temperature", "0", "--format", "ids", "--stop-ids", "[]", "--device", "cpu"});
-  expect_ok(gen, "generate_gpt2 --checkpoint " + out + "/model");
+  const auto gen = run({"generate", "--checkpoint", out + "/model", "--prompt-ids", "[5, 9, 12]", "--max-new-tokens",
+                        "4", "--temperature", "0", "--format", "ids", "--stop-ids", "[]", "--device", "cpu"});
+  expect_ok(gen, "generate --checkpoint " + out + "/model");
   EXPECT_EQ(ids_of(gen).size(), 4u);
 }

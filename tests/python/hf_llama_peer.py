@@ -3,7 +3,9 @@
 Usage:
   hf_llama_peer.py make FAMILY DIR      a random tiny model of FAMILY (llama, mistral, qwen2) saved
                                         into DIR (save_pretrained, float32), with DIR/ids.json (2 rows
-                                        of 24 ids) and DIR/logits.bin (its logits, raw float32)
+                                        of 24 ids), DIR/logits.bin (its logits, raw float32) and
+                                        DIR/greedy.json (the 32 ids generate() picks greedily with its
+                                        KV cache after the first row's first 8 ids)
   hf_llama_peer.py logits DIR OUT       the logits of DIR's model for DIR/ids.json, into OUT
   hf_llama_peer.py count CONFIGS_JSON   for a JSON list of config.json objects, the parameter count of
                                         each one's model, built on the meta device (no memory), a line each
@@ -58,6 +60,12 @@ def main() -> None:
         with open(f"{path}/ids.json", "w") as f:
             json.dump(ids, f)
         logits(model, ids).numpy().tofile(f"{path}/logits.bin")
+        model.generation_config.eos_token_id = None  # all 32 tokens, whatever they are
+        model.generation_config.pad_token_id = 0
+        with torch.no_grad():
+            out = model.generate(torch.tensor([ids[0][:8]]), max_new_tokens=32, do_sample=False, use_cache=True)
+        with open(f"{path}/greedy.json", "w") as f:
+            json.dump(out[0, 8:].tolist(), f)
     elif mode == "logits":
         path, out = sys.argv[2], sys.argv[3]
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,

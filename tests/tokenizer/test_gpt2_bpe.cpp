@@ -12,6 +12,7 @@
 #include "llmtrain/core/fs.h"
 #include "llmtrain/tokenizer/gpt2_bpe.h"
 #include "test_util.h"
+#include "tokenizer/hard_strings.h"
 
 using llmtrain::tokenizer::GPT2BPE;
 using ::testing::HasSubstr;
@@ -31,43 +32,17 @@ std::vector<std::vector<int32_t>> tiktoken_ids(const std::string& data_dir, cons
   return ids;
 }
 
-const std::vector<std::string> kHardStrings = {"Hello world",
-                                               "  leading and trailing  ",
-                                               "emoji 😀👍🏽 family 👨‍👩‍👧",
-                                               "中文字符测试，还有标点。",
-                                               "العربية نص مع أرقام ١٢٣",
-                                               "e\u0301 combining n\u0303 a\u0308\u0304",
-                                               "tabs\t\tand\nnewlines\r\n\r\nCRLF\r",
-                                               "I'M HERE, YOU'RE THERE, THEY'LL GO, WE'VE DONE, HE'D, IT'S",
-                                               "numbers 1234567890 3.14159 -42 1e10 ½ Ⅻ",
-                                               "def f(x):\n    return x**2  # code\n\tif (a && b) { c[i] = d->e; }",
-                                               "     \n\n   ",
-                                               "\u00a0nbsp\u180emongolian\u2003em\u3000ideo\u2028line\u0085nel",
-                                               "a'b's't' 'll'",
-                                               "<|endoftext|> in text",
-                                               std::string(1000, 'x'),
-                                               std::string(100, ' ') + "y",
-                                               std::string("\x01\x02 control \x7f", 13),
-                                               "ΑΒΓ Ελληνικά",
-                                               "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𝟙𝟚𝟛",
-                                               "'s 'S 'll 'LL",
-                                               "",
-                                               " ",
-                                               "\n",
-                                               "日本語のテキストとカタカナ",
-                                               "한국어 텍스트"};
-
 }  // namespace
 
 TEST(GPT2BPE, MatchesTiktokenOnHardStrings) {
   LLMTRAIN_REQUIRE_DATA_DIR(data);
   const auto tok = GPT2BPE::from_dir(data + "/gpt2");
-  const auto expected = tiktoken_ids(data, kHardStrings);
-  ASSERT_EQ(expected.size(), kHardStrings.size());
-  for (size_t i = 0; i < kHardStrings.size(); ++i) {
-    const auto ids = tok->encode(kHardStrings[i]);
-    EXPECT_EQ(ids, expected[i]) << "text #" << i << ": " << kHardStrings[i].substr(0, 40);
-    EXPECT_EQ(tok->decode(ids), kHardStrings[i]) << "text #" << i;
+  const auto expected = tiktoken_ids(data, lt::kHardStrings);
+  ASSERT_EQ(expected.size(), lt::kHardStrings.size());
+  for (size_t i = 0; i < lt::kHardStrings.size(); ++i) {
+    const auto ids = tok->encode(lt::kHardStrings[i]);
+    EXPECT_EQ(ids, expected[i]) << "text #" << i << ": " << lt::kHardStrings[i].substr(0, 40);
+    EXPECT_EQ(tok->decode(ids), lt::kHardStrings[i]) << "text #" << i;
   }
 }
 
@@ -164,7 +139,7 @@ TEST(GPT2BPE, LoadsHuggingFaceFiles) {
   const auto hf = GPT2BPE::from_dir(dir), openai = GPT2BPE::from_dir(data + "/gpt2");
   llmtrain::fs::remove_tree(dir);
   EXPECT_EQ(hf->vocab_size(), openai->vocab_size());
-  for (const auto& text : kHardStrings) {
+  for (const auto& text : lt::kHardStrings) {
     EXPECT_EQ(hf->encode(text), openai->encode(text)) << text;
     EXPECT_EQ(hf->decode(openai->encode(text)), text);
   }

@@ -24,7 +24,7 @@ const char* kConfig = R"({
 
 TEST(TrainerConfig, ParsesSectionsAndKeepsDefaults) {
   const auto c = TrainerConfig::parse(kConfig, "test.json");
-  EXPECT_EQ(c.model.gpt2().n_layer(), 12);
+  EXPECT_EQ(c.model.spec().gpt2().n_layer(), 12);
   EXPECT_EQ(c.train.batch_size, 16);
   EXPECT_EQ(c.train.seed, 42u);
   EXPECT_EQ(c.train.precision, "bf16-master");
@@ -47,7 +47,7 @@ TEST(TrainerConfig, OverridesApplyBeforeChecks) {
   EXPECT_DOUBLE_EQ(c.train.lr, 3e-4);
   EXPECT_EQ(c.data.train, "other/train_*.bin");
   EXPECT_EQ(c.sample.prompt, "Hello there");
-  EXPECT_EQ(c.model.gpt2().n_layer(), 6);
+  EXPECT_EQ(c.model.spec().gpt2().n_layer(), 6);
   EXPECT_EQ(c.device, "cpu");
 }
 
@@ -141,7 +141,7 @@ TEST(TrainerConfig, TheReferenceListsEveryKeyAndDocsHoldIt) {
   }
   EXPECT_EQ(keys, TrainerConfig::keys().size());
   EXPECT_NE(doc.find(reference), std::string::npos) << "docs/CONFIG.md is out of date: regenerate it with "
-                                                       "build/bin/train_gpt2 --print-reference";
+                                                       "build/bin/train --print-reference";
 }
 
 TEST(TrainerConfig, DataFormatTokenizerAndSampling) {
@@ -166,7 +166,7 @@ TEST(TrainerConfig, DataFormatTokenizerAndSampling) {
                {"data.format must be auto, shards or sft"});
   expect_error([] { TrainerConfig::parse(R"({"data": {"pack": 1}})", "a.json"); }, {"data.pack must be true or false"});
   expect_error([] { TrainerConfig::parse(R"({"tokenizer": {"kind": "bpe"}})", "a.json"); },
-               {"tokenizer.kind must be gpt2 or sentencepiece"});
+               {"tokenizer.kind must be gpt2, sentencepiece or hf"});
   expect_error([] { TrainerConfig::parse(R"({"sample": {"every": 10}})", "a.json"); },
                {"sample.every > 0 needs tokenizer.kind"});
   expect_error([] { TrainerConfig::parse(R"({"sample": {"temperature": -1}})", "a.json"); },
@@ -177,7 +177,7 @@ TEST(TrainerConfig, DataFormatTokenizerAndSampling) {
 // ../shared/ENVIRONMENT.md, key by key: its figures are compared with llm.c's only while this holds.
 TEST(TrainerConfig, TheReferenceRunIsLlmcsReference) {
   const auto c = TrainerConfig::load(llmtrain::testing::test_source_dir() + "/examples/configs/sotu_gpt2_124m.json");
-  const auto m = c.model.gpt2();
+  const auto m = c.model.spec().gpt2();
   EXPECT_EQ(m.n_layer(), 12);
   EXPECT_EQ(m.n_head(), 12);
   EXPECT_EQ(m.n_embd(), 768);
@@ -208,5 +208,5 @@ TEST(TrainerConfig, TheExampleConfigsParse) {
   const auto ft = TrainerConfig::load(dir + "finetune_sft.json", {"tokenizer.kind=gpt2"});
   EXPECT_TRUE(ft.sft());
   const auto demo = TrainerConfig::load(dir + "demo_cpu.json");
-  EXPECT_EQ(demo.model.gpt2().vocab_size(), 4096);  // the demo's SentencePiece vocabulary
+  EXPECT_EQ(demo.model.spec().gpt2().vocab_size(), 4096);  // the demo's SentencePiece vocabulary
 }

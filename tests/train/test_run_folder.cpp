@@ -97,10 +97,9 @@ TEST(RunFolder, AMovedRunGeneratesFineTunesAndConvertsWithItsOwnTokenizer) {
   EXPECT_EQ(llmtrain::train::TrainerConfig::load(moved + "/config.json").tokenizer.path,
             moved + "/tokenizer/tokenizer.model");
 
-  // generate_gpt2 with no tokenizer flag, from another working folder.
+  // generate with no tokenizer flag, from another working folder.
   const auto gen = run_bin(
-      {"generate_gpt2", "--checkpoint", moved, "--prompt", "the model", "--max-new-tokens", "5", "--device", "cpu"},
-      "/");
+      {"generate", "--checkpoint", moved, "--prompt", "the model", "--max-new-tokens", "5", "--device", "cpu"}, "/");
   EXPECT_TRUE(gen.exited && gen.code == 0) << gen.how() << "\n" << gen.output;
   EXPECT_THAT(gen.output, HasSubstr("the model"));
 
@@ -115,8 +114,8 @@ TEST(RunFolder, AMovedRunGeneratesFineTunesAndConvertsWithItsOwnTokenizer) {
   Trainer(cfg).run();
   EXPECT_EQ(fs::read_file(run.dir.path + "/ft/tokenizer/tokenizer.model"), original);
 
-  // convert_checkpoint to a Hugging Face folder carries the tokenizer.
-  const auto conv = run_bin({"convert_checkpoint", "--from", "native", moved, "--to", "hf", run.dir.path + "/hf"}, "/");
+  // convert to a Hugging Face folder carries the tokenizer.
+  const auto conv = run_bin({"convert", "--from", "native", moved, "--to", "hf", run.dir.path + "/hf"}, "/");
   EXPECT_TRUE(conv.exited && conv.code == 0) << conv.how() << "\n" << conv.output;
   EXPECT_EQ(fs::read_file(run.dir.path + "/hf/tokenizer.model"), original);
   EXPECT_TRUE(fs::exists(run.dir.path + "/hf/tokenizer_config.json"));
@@ -128,7 +127,7 @@ TEST(RunFolder, AMovedRunGeneratesFineTunesAndConvertsWithItsOwnTokenizer) {
   fs::remove_tree(ckpt + "/tokenizer/tokenizer.model");
   expect_error([&] { llmtrain::train::load_tokenizer(*llmtrain::train::model_tokenizer(moved)); },
                {"cannot be found", ckpt + "/tokenizer/tokenizer.model", own->sha256});
-  const auto refused = run_bin({"generate_gpt2", "--checkpoint", moved, "--prompt", "the", "--device", "cpu"}, "/");
+  const auto refused = run_bin({"generate", "--checkpoint", moved, "--prompt", "the", "--device", "cpu"}, "/");
   EXPECT_TRUE(refused.exited && refused.code == 1) << refused.output;
   EXPECT_THAT(refused.output, HasSubstr("tokenizer.model"));
 }
@@ -202,7 +201,7 @@ TEST(RunFolder, ExportedFoldersCarryATokenizerTransformersUses) {
     ASSERT_EQ(ours, std::vector<int32_t>{eot}) << c.tok.kind;
 
     const std::string out = dir.path + "/hf_" + c.tok.kind;
-    llmtrain::train::save_hf_model(model, out, {}, c.tok);
+    llmtrain::train::save_hf_model(model.ptr(), out, {}, c.tok);
     std::ofstream(dir.path + "/texts.json") << nlohmann::json(texts).dump();
     ASSERT_EQ(std::system(peer({out, dir.path + "/texts.json", dir.path + "/peer.json"}).c_str()), 0) << c.tok.kind;
     const auto got = nlohmann::json::parse(fs::read_file(dir.path + "/peer.json"));

@@ -45,6 +45,19 @@ std::vector<double> run_losses(Trainer& t, int64_t stop_at = -1) {
   return losses;
 }
 
+// A run stopped after step `stop_at` (it writes a checkpoint) and resumed by a new Trainer to its end
+// (out_dir "split"): the resumed steps' losses.
+std::vector<double> resumed_losses(const RunFolder& run, const std::vector<std::string>& sets, int64_t stop_at) {
+  {
+    Trainer first(run.config("split", sets));
+    EXPECT_EQ(run_losses(first, stop_at).size(), size_t(stop_at));
+  }
+  Trainer second(run.config("split", sets));
+  EXPECT_TRUE(second.resume_if_possible());
+  EXPECT_EQ(second.step(), stop_at);
+  return run_losses(second);
+}
+
 std::vector<nlohmann::json> metrics(const std::string& out) {
   std::istringstream in(llmtrain::fs::read_file(out + "/metrics.jsonl"));
   std::vector<nlohmann::json> lines;
@@ -173,7 +186,7 @@ RankRuns run_ranks(int n, const TrainerConfig& config, bool resume = false, int6
       EXPECT_TRUE(t->resume_if_possible());
     }
     out.losses[size_t(r)] = run_losses(*t, stop_at);
-    out.weights[size_t(r)] = t->model()->named_parameters()["transformer.h.0.mlp.c_fc.weight"].detach().clone();
+    out.weights[size_t(r)] = t->model().module().named_parameters()["transformer.h.0.mlp.c_fc.weight"].detach().clone();
   });
   return out;
 }
@@ -217,6 +230,43 @@ TEST(Trainer, ResumeGivesExactlyTheLossesOfAnUninterruptedRun) {
   for (size_t i = 0; i < rest.size(); ++i) EXPECT_EQ(rest[i], expected[10 + i]) << "step " << 11 + i;  // bitwise
 }
 
+// Each Llama-family tiny model trains through the same Trainer and resumes to the bit, its checkpoint
+// recording its family and shape.
+TEST(Trainer, LlamaFamilyModelsTrainAndResumeExactly) {
+  for (const char* preset : {"llama-tiny", "mistral-tiny", "qwen2-tiny"}) {
+    SCOPED_TRACE(preset);
+    RunFolder run;
+    // Ids 4099 and up never come: the first thing to learn.
+    const std::vector<std::string> sets = {std::string("model.preset=") + preset,
+                                           "model.vocab_size=8192",
+                                           "train.max_steps=16",
+                                           "checkpoint.every=8",
+                                           "eval.every=8",
+                                           "train.lr=3e-3"};
+    Trainer full(run.config("full", sets));
+    EXPECT_EQ(full.model().spec().family(), std::string(preset).substr(0, std::string(preset).find('-')));
+    const auto expected = run_losses(full);
+    ASSERT_EQ(expected.size(), 16u);
+    const auto mean = [&](size_t from) { return (expected[from] + expected[from + 1] + expected[from + 2]) / 3; };
+    EXPECT_LT(mean(13), mean(0) - 0.05);  // it learns
+    const auto rest = resumed_losses(run, sets, 8);
+    ASSERT_EQ(rest.size(), 8u);
+    for (size_t i = 0; i < rest.size(); ++i) EXPECT_EQ(rest[i], expected[8 + i]) << "step " << 9 + i;  // bitwise
+    // The checkpoint builds the model again by itself, equal to the trained one.
+    const auto loaded = llmtrain::train::load_checkpoint_model(run.dir.path + "/split");
+    EXPECT_TRUE(loaded->spec().same_shape(full.model().spec()));
+    const auto idx = torch::randint(4099, {2, 16}, torch::kLong);
+    torch::NoGradGuard no_grad;
+    full.model().module().eval();
+    EXPECT_TRUE(torch::equal(loaded->logits(idx), full.model().logits(idx)));
+    // Another family's checkpoint is refused by name.
+    auto gpt2 = run.config("split", {"train.max_steps=16", "checkpoint.every=8"});
+    Trainer other(gpt2);
+    expect_error([&] { other.resume_if_possible(); },
+                 {"holds a model of", preset[0] == 'l' ? "llama:" : "", "this config has gpt2:"});
+  }
+}
+
 // The same in fp16, whose loss scale and count of good steps are part of the state, and in
 // bf16 autocast: the resumed steps' losses bitwise, and in fp16 the same scale step by step.
 TEST(Trainer, ResumeIsExactInFp16AndBf16) {
@@ -229,13 +279,7 @@ TEST(Trainer, ResumeIsExactInFp16AndBf16) {
     Trainer full(run.config("full", sets));
     const auto expected = run_losses(full);
     ASSERT_EQ(expected.size(), 20u);
-    {
-      Trainer first(run.config("split", sets));
-      EXPECT_EQ(run_losses(first, 10).size(), 10u);
-    }
-    Trainer second(run.config("split", sets));
-    ASSERT_TRUE(second.resume_if_possible());
-    const auto rest = run_losses(second);
+    const auto rest = resumed_losses(run, sets, 10);
     ASSERT_EQ(rest.size(), 10u);
     for (size_t i = 0; i < rest.size(); ++i) EXPECT_EQ(rest[i], expected[10 + i]) << "step " << 11 + i;  // bitwise
     if (std::string(precision) != "fp16") continue;
@@ -304,8 +348,8 @@ TEST(Trainer, MetricsLinesParseAndCheckpointsRotate) {
   auto loaded = llmtrain::train::load_checkpoint_model(run.dir.path + "/m");
   const auto idx = torch::randint(4099, {2, 16}, torch::kLong);
   torch::NoGradGuard no_grad;
-  t.model()->eval();
-  EXPECT_TRUE(torch::equal(loaded->forward(idx).logits, t.model()->forward(idx).logits));
+  t.model().module().eval();
+  EXPECT_TRUE(torch::equal(loaded->logits(idx), t.model().logits(idx)));
   expect_error([&] { llmtrain::train::load_checkpoint_model(run.dir.path); }, {"neither a checkpoint folder"});
 }
 
@@ -345,7 +389,7 @@ TEST(Trainer, BadInputIsAClearErrorAndLosesNothing) {
         Trainer t(run.config("shape", {"model.n_layer=3"}));
         t.resume_if_possible();
       },
-      {"step_00000005", "n_layer 2,", "this config has vocab_size 50257, block_size 128, n_layer 3,"});
+      {"step_00000005", "n_layer 2,", "this config has gpt2: vocab_size 50257, block_size 128, n_layer 3,"});
   EXPECT_EQ(llmtrain::testing::files_under(shape), before);
   const std::string state = shape + "/checkpoints/step_00000005/state.json";
   const std::string saved = llmtrain::fs::read_file(state);
@@ -382,7 +426,7 @@ TEST(Trainer, TwoRanksOnSplitBatchesTrainAsOneRankOnTheWholeBatch) {
   EXPECT_EQ(losses[0], losses[1]);                    // every rank logs the same averaged loss
   EXPECT_TRUE(torch::equal(weights[0], weights[1]));  // and holds the same weights
   for (size_t i = 0; i < expected.size(); ++i) EXPECT_NEAR(losses[0][i], expected[i], 1e-4) << "step " << i + 1;
-  const auto w1 = one.model()->named_parameters()["transformer.h.0.mlp.c_fc.weight"];
+  const auto w1 = one.model().module().named_parameters()["transformer.h.0.mlp.c_fc.weight"];
   EXPECT_LT((weights[0] - w1).abs().max().item<double>(), 1e-4);
   // Rank 0 alone wrote the metrics (one record per step, not two) and the checkpoints.
   const auto lines = metrics(run.dir.path + "/two"), one_lines = metrics(run.dir.path + "/one");
@@ -498,8 +542,8 @@ TEST(Trainer, FineTunesACheckpointOnSFTJsonl) {
   Trainer ft(cfg);
   // The run starts from the checkpoint's weights.
   auto base_model = llmtrain::train::load_checkpoint_model(base_dir);
-  for (const auto& p : base_model->named_parameters())
-    EXPECT_TRUE(torch::equal(p.value(), ft.model()->named_parameters()[p.key()])) << p.key();
+  for (const auto& p : base_model->module().named_parameters())
+    EXPECT_TRUE(torch::equal(p.value(), ft.model().module().named_parameters()[p.key()])) << p.key();
   const auto losses = run_losses(ft);
   ASSERT_EQ(losses.size(), 30u);
   EXPECT_LT(losses.back(), 0.5 * losses.front());  // the completions are a function of the prompt
@@ -551,7 +595,7 @@ TEST(Trainer, PackedFineTuningLearnsWhatUnpackedLearns) {
     std::vector<std::string> got;
     for (const auto& [prompt, answer] : pairs) {
       const auto ids = tok->encode(prompt);
-      auto out_ids = llmtrain::infer::generate(t.model(), ids, 8, greedy);
+      auto out_ids = llmtrain::infer::generate(t.shared_model(), ids, 8, greedy);
       out_ids.erase(out_ids.begin(), out_ids.begin() + long(ids.size()));
       if (!out_ids.empty() && out_ids.back() == 50256) out_ids.pop_back();
       got.push_back(tok->decode(out_ids));
@@ -628,7 +672,7 @@ TEST(Trainer, CudaGraphStepsEqualEagerSteps_CUDA) {
     if (bitwise) EXPECT_EQ(got[i], want[i]) << "step " << i + 1;
     else EXPECT_NEAR(got[i], want[i], 2e-2 * std::abs(want[i])) << "step " << i + 1;
   }
-  const auto pe = eager.model()->parameters(), pg = graphed.model()->parameters();
+  const auto pe = eager.model().module().parameters(), pg = graphed.model().module().parameters();
   for (size_t i = 0; i < pe.size(); ++i) {
     if (bitwise) EXPECT_TRUE(torch::equal(pe[i], pg[i])) << "parameter " << i;
     else
@@ -655,11 +699,11 @@ TEST(Trainer, StartsFromHuggingFaceAndConvertedCheckpoints) {
   const std::string hf = run.dir.path + "/hf", native = run.dir.path + "/native";
   llmtrain::io::save_hf_gpt2(model, hf);
   // load_model takes either kind; the model-only checkpoint reads back equal.
-  llmtrain::train::save_model_checkpoint(model, native);
+  llmtrain::train::save_model_checkpoint(model.ptr(), native);
   for (const auto& path : {hf, native}) {
     auto back = llmtrain::train::load_model(path);
     for (const auto& p : model->named_parameters())
-      EXPECT_TRUE(torch::equal(back->named_parameters()[p.key()], p.value())) << path << " " << p.key();
+      EXPECT_TRUE(torch::equal(back->module().named_parameters()[p.key()], p.value())) << path << " " << p.key();
   }
   // A fine-tuning run from the Hugging Face folder starts from its weights, with GPT-2's tokenizer.
   const std::string cfg_path = run.dir.path + "/ft.json";
@@ -673,12 +717,12 @@ TEST(Trainer, StartsFromHuggingFaceAndConvertedCheckpoints) {
   EXPECT_EQ(cfg.model.n_embd, 64);
   Trainer t(cfg);
   for (const auto& p : model->named_parameters())
-    EXPECT_TRUE(torch::equal(t.model()->named_parameters()[p.key()], p.value())) << p.key();
+    EXPECT_TRUE(torch::equal(t.model().module().named_parameters()[p.key()], p.value())) << p.key();
   // A converted checkpoint is not a run to resume.
   llmtrain::fs::make_dirs(run.dir.path + "/resume/checkpoints");
-  llmtrain::train::save_model_checkpoint(model, run.dir.path + "/resume/checkpoints/step_00000000");
+  llmtrain::train::save_model_checkpoint(model.ptr(), run.dir.path + "/resume/checkpoints/step_00000000");
   Trainer r(run.config("resume"));
-  expect_error([&] { r.resume_if_possible(); }, {"holds a model alone", "finetune_gpt2 --from"});
+  expect_error([&] { r.resume_if_possible(); }, {"holds a model alone", "finetune --from"});
 }
 
 // Every field of a checkpoint's state.json, missing, of the wrong type and out of range: an error that

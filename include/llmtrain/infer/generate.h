@@ -1,18 +1,20 @@
-// Generation from GPT-2: a sampler (greedy, temperature, top-k, top-p, stop tokens, a seed) and a
-// Generator that runs a batch of prompts of different lengths against a preallocated KV cache: one
-// prefill of the prompts, then one decode step per new token, which on a GPU is replayed as a CUDA
-// graph (a whole step in one launch: at batch 1 the host, not the GPU, would otherwise set the pace).
-// The host reads each step's tokens while the GPU already runs the next one.
+// Generation from any CausalLM (GPT-2, the Llama family): a sampler (greedy, temperature, top-k, top-p, stop tokens, a
+// seed) and a Generator that runs a batch of prompts of different lengths against a preallocated KV cache: one prefill
+// of the prompts, then one decode step per new token, which on a GPU is replayed as a CUDA graph (a whole step in one
+// launch: at batch 1 the host, not the GPU, would otherwise set the pace). The host reads each step's tokens while the
+// GPU already runs the next one.
 #pragma once
 
+#include <torch/nn/pimpl.h>
 #include <torch/types.h>
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
-#include "llmtrain/nn/gpt2.h"
+#include "llmtrain/nn/causal_lm.h"
 
 namespace llmtrain::infer {
 
@@ -40,7 +42,7 @@ struct GeneratorOptions {
   bool cuda_graph = true;
 };
 
-/// Generates from a GPT2 with a KV cache, in the model's dtype and on its device (cast the model to
+/// Generates from a model with a KV cache, in the model's dtype and on its device (cast the model to
 /// bf16 for fast generation on a GPU). The cache and the graph are kept for the next call of the same
 /// batch size, dtype and device; the graph reads the parameters where they lay when it was captured,
 /// so after giving the model new parameter storage on the same device and dtype (assigning tensors
@@ -49,7 +51,11 @@ struct GeneratorOptions {
 ///   auto out = gen.generate({{464, 1578}, {50256}}, 64, greedy);  // the new ids of each row
 class Generator {
  public:
-  explicit Generator(nn::GPT2 model, GeneratorOptions options = {});
+  explicit Generator(std::shared_ptr<nn::CausalLM> model, GeneratorOptions options = {});
+  /// From a module holder of either family: Generator gen(gpt2), Generator gen(llama).
+  template <typename Impl, typename = std::enable_if_t<std::is_base_of_v<nn::CausalLM, Impl>>>
+  explicit Generator(const torch::nn::ModuleHolder<Impl>& model, GeneratorOptions options = {})
+      : Generator(std::static_pointer_cast<nn::CausalLM>(model.ptr()), options) {}
   ~Generator();
   Generator(const Generator&) = delete;
   Generator& operator=(const Generator&) = delete;
@@ -71,7 +77,14 @@ class Generator {
 /// One prompt through a Generator of its own: the prompt followed by up to `max_new_tokens` ids;
 /// `on_token` (optional) sees each new one as it comes.
 ///   auto ids = llmtrain::infer::generate(model, {464, 1578}, 32, options);
-std::vector<int32_t> generate(nn::GPT2& model, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
-                              const SamplingOptions& options, const std::function<void(int32_t)>& on_token = nullptr);
+std::vector<int32_t> generate(std::shared_ptr<nn::CausalLM> model, const std::vector<int32_t>& prompt,
+                              int64_t max_new_tokens, const SamplingOptions& options,
+                              const std::function<void(int32_t)>& on_token = nullptr);
+template <typename Impl, typename = std::enable_if_t<std::is_base_of_v<nn::CausalLM, Impl>>>
+std::vector<int32_t> generate(const torch::nn::ModuleHolder<Impl>& model, const std::vector<int32_t>& prompt,
+                              int64_t max_new_tokens, const SamplingOptions& options,
+                              const std::function<void(int32_t)>& on_token = nullptr) {
+  return generate(std::static_pointer_cast<nn::CausalLM>(model.ptr()), prompt, max_new_tokens, options, on_token);
+}
 
 }  // namespace llmtrain::infer

@@ -25,27 +25,6 @@
 
 namespace llmtrain::nn {
 
-/// Keys and values a GPT2 keeps between calls when it generates token by token: per layer, (B, H,
-/// capacity, D) in the model's dtype. GPT2::prefill writes the prompts' positions, GPT2::decode one
-/// more position per row at each step; infer::Generator owns one.
-///   llmtrain::nn::KVCache cache(model->cfg, 4, 1024, torch::kBFloat16, torch::kCUDA);
-struct KVCache {
-  KVCache() = default;
-  KVCache(const GPT2Config& cfg, int64_t batch, int64_t capacity, torch::ScalarType dtype, torch::Device device);
-  int64_t batch() const { return k.empty() ? 0 : k[0].size(0); }
-  int64_t capacity() const { return k.empty() ? 0 : k[0].size(2); }
-
-  std::vector<torch::Tensor> k, v;  // n_layer each
-};
-
-/// One layer's view of a KVCache for a forward: a prefill (positions undefined) stores the keys and
-/// values of positions [0, T); a decode step (positions (B) int64, T = 1) stores row b's at
-/// positions[b] and attends over the row's 0..positions[b].
-struct LayerCache {
-  torch::Tensor k, v;       // (B, H, capacity, D)
-  torch::Tensor positions;  // (B) int64, or undefined
-};
-
 /// Multi-head causal self-attention: c_attn (C -> 3C), attention over heads, c_proj (C -> C).
 ///   CausalSelfAttention attn(cfg); auto y = attn(x);  // (B, T, C) -> (B, T, C)
 class CausalSelfAttentionImpl : public torch::nn::Cloneable<CausalSelfAttentionImpl> {
@@ -155,26 +134,17 @@ class GPT2Impl : public torch::nn::Cloneable<GPT2Impl>, public CausalLM {
   /// only when the device has finished checking every forward queued so far.
   void check_inputs(bool wait = true) override;
 
-  /// Generation's first step: runs prompts idx (B, T), right-padded (row b's prompt is its first
-  /// lengths[b] ids, 1 <= lengths[b] <= T), from position 0, stores every layer's keys and values of
-  /// positions [0, T) in `cache` (batch B, capacity >= T), and returns the logits (B, vocab_size) after
-  /// each row's last prompt token. The padding never reaches them (attention is causal). No gradient.
-  ///   auto logits = model->prefill(idx, lengths, cache);
-  torch::Tensor prefill(const torch::Tensor& idx, const torch::Tensor& lengths, KVCache& cache);
-  /// A step of generation: token idx[b] (B) int64 at position positions[b] (B) int64, which must be
-  /// below the cache's capacity and block_size (not checked on CUDA, where it would make the host
-  /// wait). Adds each row's key and value there and attends over the row's cached positions before
-  /// it. Returns logits (B, vocab_size). No gradient; captures into a CUDA graph.
-  ///   auto logits = model->decode(next, positions, cache);
-  torch::Tensor decode(const torch::Tensor& idx, const torch::Tensor& positions, KVCache& cache);
+  /// forward's logits without the loss.
+  torch::Tensor logits(const torch::Tensor& idx, const torch::Tensor& position_ids = {}) override;
 
+  // CausalLM's generation (see there).
+  KVCache make_cache(int64_t batch, int64_t capacity, torch::ScalarType dtype, torch::Device device) const override;
+  torch::Tensor prefill(const torch::Tensor& idx, const torch::Tensor& lengths, KVCache& cache) override;
+  torch::Tensor decode(const torch::Tensor& idx, const torch::Tensor& positions, KVCache& cache) override;
+
+  ModelSpec spec() const override { return cfg; }
   /// Parameters counted as Hugging Face counts them: the embedding at its vocab_size real rows.
-  int64_t num_parameters() const override;
-  /// Training FLOPs per token at sequence length `seq_len` (forward + backward): 6 per parameter plus
-  /// 12 * n_layer * n_embd * seq_len for attention's scores and weighted sums (the count MFU uses).
-  double flops_per_token(int64_t seq_len) const override;
-  int64_t block_size() const override { return cfg.block_size(); }
-  int64_t vocab_size() const override { return cfg.vocab_size(); }
+  int64_t num_parameters() const override { return cfg.num_parameters(); }
   torch::nn::Module& module() override { return *this; }
 
   GPT2Config cfg;

@@ -37,6 +37,11 @@ struct GPT2Config {
   std::vector<std::pair<std::string, std::vector<int64_t>>> parameter_shapes() const;
   /// The parameters the model stores, the padded embedding rows included (what its memory holds).
   int64_t stored_parameters() const;
+  /// The parameters as Hugging Face counts them: the embedding at its vocab_size real rows.
+  int64_t num_parameters() const;
+  /// Training FLOPs per token at sequence length `seq_len` (forward + backward): 6 per parameter plus
+  /// 12 * n_layer * n_embd * seq_len for attention's scores and weighted sums (the count MFU uses).
+  double flops_per_token(int64_t seq_len) const;
   /// Throws llmtrain::Error naming the first field that is out of range: each size must be positive and
   /// at most kMax* (far beyond any real model, so that sizes derived from them never overflow), n_embd a
   /// multiple of n_head.

@@ -46,8 +46,14 @@ class LlamaAttentionImpl : public torch::nn::Cloneable<LlamaAttentionImpl> {
  public:
   explicit LlamaAttentionImpl(LlamaConfig cfg);
   void reset() override;
+  /// `cache`: a prefill's, where the rotated keys and the values of positions [0, T) are stored.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        const torch::Tensor& mask = {});  // (B, T, C) -> (B, T, C)
+                        const torch::Tensor& mask = {},
+                        const LayerCache* cache = nullptr);  // (B, T, C) -> (B, T, C)
+  /// A decode step (B, 1, C) -> (B, 1, C): cos and sin (B, 1, 1, D) at cache.positions, the row's new
+  /// key and value stored there, attention over the row's cached positions (within the sliding window).
+  torch::Tensor decode(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                       const LayerCache& cache);
 
   LlamaConfig cfg;
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
@@ -72,7 +78,9 @@ class LlamaDecoderLayerImpl : public torch::nn::Cloneable<LlamaDecoderLayerImpl>
   explicit LlamaDecoderLayerImpl(LlamaConfig cfg);
   void reset() override;
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        const torch::Tensor& mask = {});
+                        const torch::Tensor& mask = {}, const LayerCache* cache = nullptr);
+  torch::Tensor decode(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                       const LayerCache& cache);  // LlamaAttention::decode's step through the layer
 
   LlamaConfig cfg;
   LlamaAttention self_attn{nullptr};
@@ -88,7 +96,11 @@ class LlamaModelImpl : public torch::nn::Cloneable<LlamaModelImpl> {
   void reset() override;
   /// `position_ids` (B, T) int64: each token's position within its document in windows of packed
   /// documents, which attend only within themselves; undefined: each row is one text at 0..T-1.
-  torch::Tensor forward(const torch::Tensor& idx, const torch::Tensor& position_ids = {});  // -> (B, T, C)
+  /// `cache`: a prefill's (from position 0), whose layers store their keys and values.
+  torch::Tensor forward(const torch::Tensor& idx, const torch::Tensor& position_ids = {},
+                        KVCache* cache = nullptr);  // -> (B, T, C)
+  /// A decode step: ids (B) at positions (B) -> (B, 1, C).
+  torch::Tensor decode(const torch::Tensor& idx, const torch::Tensor& positions, KVCache& cache);
 
   LlamaConfig cfg;
   torch::nn::Embedding embed_tokens{nullptr};
@@ -117,14 +129,16 @@ class LlamaImpl : public torch::nn::Cloneable<LlamaImpl>, public CausalLM {
   LlamaOutput forward(const torch::Tensor& idx, const torch::Tensor& targets = {},
                       const torch::Tensor& position_ids = {});
 
-  // CausalLM
+  // CausalLM (see there)
   torch::Tensor loss(const torch::Tensor& idx, const torch::Tensor& targets,
                      const torch::Tensor& position_ids = {}) override;
+  torch::Tensor logits(const torch::Tensor& idx, const torch::Tensor& position_ids = {}) override;
   void check_inputs(bool wait) override;
+  KVCache make_cache(int64_t batch, int64_t capacity, torch::ScalarType dtype, torch::Device device) const override;
+  torch::Tensor prefill(const torch::Tensor& idx, const torch::Tensor& lengths, KVCache& cache) override;
+  torch::Tensor decode(const torch::Tensor& idx, const torch::Tensor& positions, KVCache& cache) override;
+  ModelSpec spec() const override { return cfg; }
   int64_t num_parameters() const override { return cfg.num_parameters(); }
-  double flops_per_token(int64_t seq_len) const override { return cfg.flops_per_token(seq_len); }
-  int64_t block_size() const override { return cfg.block_size(); }
-  int64_t vocab_size() const override { return cfg.vocab_size(); }
   torch::nn::Module& module() override { return *this; }
 
   LlamaConfig cfg;
@@ -132,7 +146,9 @@ class LlamaImpl : public torch::nn::Cloneable<LlamaImpl>, public CausalLM {
   torch::nn::Linear lm_head{nullptr};  // null when the head is tied to model.embed_tokens
 
  private:
-  torch::Tensor logits(const torch::Tensor& idx, const torch::Tensor& targets, const torch::Tensor& position_ids);
+  torch::Tensor checked_logits(const torch::Tensor& idx, const torch::Tensor& targets,
+                               const torch::Tensor& position_ids);
+  torch::Tensor head(const torch::Tensor& h);  // hidden states -> logits
 };
 TORCH_MODULE(Llama);
 

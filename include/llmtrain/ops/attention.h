@@ -24,14 +24,18 @@ at::Tensor attention(const at::Tensor& q,  // (B, H, T, D)
 at::Tensor document_mask(const at::Tensor& positions);
 
 /// One decoding step, a new token per row at a position of its own: row b's key and value (from qkv,
-/// c_attn's output [q | k | v] with heads of D = C / H) are written into the caches at positions[b],
-/// and its query attends to the row's positions 0..positions[b]. Returns (B, C). Inference only (no
-/// backward). Positions must lie in [0, S): checked on the CPU; on CUDA, where checking would make the
-/// host wait, a row outside gets NaN from the kernel (the caller keeps them in range).
+/// the row's [q | k | v]: H query heads of D, then KV key heads and KV value heads) are written into the
+/// caches at positions[b], and its query attends to the row's positions 0..positions[b], or with
+/// `window` > 0 (Mistral's sliding window) to the last `window` of them. Grouped-query attention: KV
+/// divides H and each key/value head serves H / KV query heads in a row (GPT-2: KV = H). Returns
+/// (B, H D). Inference only (no backward). Positions must lie in [0, S): checked on the CPU; on CUDA,
+/// where checking would make the host wait, a row outside gets NaN from the kernel (the caller keeps
+/// them in range).
 ///   auto y = llmtrain::ops::decode_attention(qkv, cache_k, cache_v, positions);
-at::Tensor decode_attention(const at::Tensor& qkv,         // (B, 3C)
-                            const at::Tensor& k_cache,     // (B, H, S, D), written at positions
-                            const at::Tensor& v_cache,     // (B, H, S, D), written at positions
-                            const at::Tensor& positions);  // (B) int64
+at::Tensor decode_attention(const at::Tensor& qkv,        // (B, (H + 2 KV) D)
+                            const at::Tensor& k_cache,    // (B, KV, S, D), written at positions
+                            const at::Tensor& v_cache,    // (B, KV, S, D), written at positions
+                            const at::Tensor& positions,  // (B) int64
+                            int64_t window = 0);
 
 }  // namespace llmtrain::ops

@@ -34,6 +34,9 @@ class Tokenizer {
   virtual std::optional<int32_t> eot_id() const = 0;
   /// That id's text ("<|endoftext|>", "</s>"), which encode(..., allow_special) reads as the id.
   virtual std::optional<std::string> eot_text() const = 0;
+  /// The id a model's input starts with (Llama's <s> and <|begin_of_text|>), if its family uses one;
+  /// encode() never adds it.
+  virtual std::optional<int32_t> bos_id() const { return std::nullopt; }
 };
 
 /// Offset of the first byte that breaks UTF-8 in `s` (overlong forms, surrogates and values past
@@ -56,14 +59,15 @@ std::vector<int32_t> parse_ids(std::string_view text, const std::string& what, i
 
 /// Loads a tokenizer by kind: "gpt2" reads a GPT-2 BPE folder (encoder.json + vocab.bpe or vocab.json +
 /// merges.txt; an empty `path` means $LLMTRAIN_GPT2_DIR, else $LLMTRAIN_DATA_DIR/gpt2);
-/// "sentencepiece" reads a SentencePiece .model file. Throws llmtrain::Error for other kinds and for
+/// "sentencepiece" reads a SentencePiece .model file; "hf" a folder with a Hugging Face tokenizer.json
+/// (and its tokenizer_config.json, when there is one). Throws llmtrain::Error for other kinds and for
 /// missing files, naming what was looked for.
 ///   auto tok = llmtrain::tokenizer::load_tokenizer("gpt2", "../shared/data/gpt2");
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& kind, const std::string& path);
 
-/// The files load_tokenizer(kind, path) reads, in a fixed order: the .model file, or the GPT-2
-/// folder's vocabulary then its merges. Throws llmtrain::Error as load_tokenizer does when they are
-/// not there.
+/// The files load_tokenizer(kind, path) reads, in a fixed order: the .model file, the GPT-2 folder's
+/// vocabulary then its merges, or tokenizer.json then tokenizer_config.json. Throws llmtrain::Error as load_tokenizer
+/// does when they are not there.
 ///   auto files = llmtrain::tokenizer::tokenizer_files("gpt2", "../shared/data/gpt2");  // encoder.json, vocab.bpe
 std::vector<std::string> tokenizer_files(const std::string& kind, const std::string& path);
 

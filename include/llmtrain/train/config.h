@@ -12,7 +12,7 @@
 
 #include "llmtrain/core/choice.h"
 #include "llmtrain/data/shuffle_unit.h"
-#include "llmtrain/nn/gpt2_config.h"
+#include "llmtrain/nn/model_spec.h"
 #include "llmtrain/optim/options.h"
 #include "llmtrain/tokenizer/tokenizer.h"
 
@@ -37,12 +37,18 @@ inline const ChoiceNames<DeviceChoice>& choice_names(DeviceChoice) {
 }
 
 struct ModelConfig {
-  std::string preset = "tiny";  // a GPT2Config preset; the fields below override it when set (> 0)
+  // The family and shape: a preset of either family (nn::ModelSpec::preset), or `config`, a Hugging
+  // Face config.json's content as JSON text ("": none), in its place. The fields below override either
+  // when set (> 0).
+  std::string preset = "tiny";
+  std::string config;
   int64_t n_layer = 0, n_head = 0, n_embd = 0, block_size = 0, vocab_size = 0;
+  int64_t n_kv_head = 0, intermediate_size = 0;  // the Llama family only
   double dropout = 0.0;
   std::string init_from;  // weights that start the run (fine-tuning): a checkpoint, run out_dir, Hugging Face folder or
                           // llm.c .bin
-  nn::GPT2Config gpt2() const;
+  /// The model these keys describe. Throws llmtrain::Error for a bad value.
+  nn::ModelSpec spec() const;
 };
 
 struct DataConfig {
@@ -56,8 +62,9 @@ struct DataConfig {
 
 /// The tokenizer of the data: needed for SFT JSONL and for samples during training.
 struct TokenizerConfig {
-  std::string kind;    // "" (none) | gpt2 | sentencepiece
-  std::string path;    // GPT-2 BPE folder (empty: $LLMTRAIN_GPT2_DIR or $LLMTRAIN_DATA_DIR/gpt2) or .model file
+  std::string kind;    // "" (none) | gpt2 | sentencepiece | hf
+  std::string path;    // GPT-2 BPE folder (empty: $LLMTRAIN_GPT2_DIR or $LLMTRAIN_DATA_DIR/gpt2), .model file, or a
+                       // folder with tokenizer.json (hf)
   std::string sha256;  // of the files one after another; when set, other files are refused (load_tokenizer)
 };
 

@@ -1,4 +1,4 @@
-// The driver train_gpt2 and finetune_gpt2 share: a run started from its config, on every rank.
+// The driver train and finetune share: a run started from its config, on every rank.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +16,7 @@ struct RunOptions {
   bool force = false;   // write into an out_dir that holds files of a run's names that llmtrain did not write
 };
 
-/// What train_gpt2 and finetune_gpt2 do: refuse an out_dir that already holds a run unless
+/// What train and finetune do: refuse an out_dir that already holds a run unless
 /// `options.resume`, and one that is not a run folder of llmtrain's but holds files of its names unless
 /// `options.force`; resume from its newest checkpoint when `options.resume` (from step 0 when it has
 /// none); print the run's shape (rank 0); train. Returns the number of the last step done. `comm`: the

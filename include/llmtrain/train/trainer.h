@@ -16,7 +16,7 @@
 #include "llmtrain/dist/communicator.h"
 #include "llmtrain/dist/data_parallel.h"
 #include "llmtrain/dist/launch.h"
-#include "llmtrain/nn/gpt2.h"
+#include "llmtrain/nn/causal_lm.h"
 #include "llmtrain/optim/optimizer.h"
 #include "llmtrain/train/config.h"
 #include "llmtrain/train/driver.h"
@@ -48,7 +48,10 @@ class Trainer {
   double evaluate();
 
   int64_t step() const;
-  nn::GPT2& model();
+  /// The model being trained (its module(): parameters, train()/eval()).
+  nn::CausalLM& model();
+  /// The same, shared (for a Generator, or to save it with model_files.h).
+  std::shared_ptr<nn::CausalLM> shared_model();
   const TrainerConfig& config() const;
   int64_t grad_accum_steps() const;
   /// Called with every step's record (tests and examples watch progress or stop a run through it). On

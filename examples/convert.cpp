@@ -1,9 +1,9 @@
-// convert_checkpoint: a GPT-2 model from one checkpoint format to another.
-//   build/bin/convert_checkpoint --from hf gpt2/ --to native runs/gpt2_base
-//   build/bin/convert_checkpoint --from llmc gpt2_124M.bin --to hf exported/
-//   build/bin/convert_checkpoint --from native runs/sotu_gpt2_124m --to hf exported/
+// convert: a model (GPT-2, Llama, Mistral, Qwen2) from one checkpoint format to another.
+//   build/bin/convert --from hf gpt2/ --to native runs/gpt2_base
+//   build/bin/convert --from llmc gpt2_124M.bin --to hf exported/
+//   build/bin/convert --from native runs/sotu_gpt2_124m --to hf exported/
 // native: an llmtrain checkpoint folder or a run's out_dir (newest checkpoint) in; a model-only
-// checkpoint out, which finetune_gpt2 --from and model.init_from read. hf: a Hugging Face folder
+// checkpoint out, which finetune --from and model.init_from read. hf: a Hugging Face folder
 // (config.json, model.safetensors) with the model's tokenizer (tokenizer_config.json, and vocab.json +
 // merges.txt or tokenizer.model) for transformers' AutoTokenizer. llmc: an llm.c model file (in only).
 #include <llmtrain/llmtrain.h>
@@ -14,8 +14,8 @@
 #include "cli.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"Convert a GPT-2 checkpoint between llmtrain, Hugging Face and llm.c formats"};
-  llmtrain_cli::setup(app, "convert_checkpoint --from native runs/demo/model --to hf exported/demo");
+  CLI::App app{"Convert a model between llmtrain, Hugging Face and llm.c (GPT-2) formats"};
+  llmtrain_cli::setup(app, "convert --from native runs/demo/model --to hf exported/demo");
   std::vector<std::string> from, to;
   app.add_option("--from", from, "FORMAT IN: native | hf | llmc, and the path")->required()->expected(2);
   app.add_option("--to", to, "FORMAT OUT: native | hf, and the path")->required()->expected(2);
@@ -29,10 +29,10 @@ int main(int argc, char** argv) {
   app.add_option("--tokenizer-path", tok_path, "its GPT-2 folder or .model file");
   CLI11_PARSE(app, argc, argv);
   try {
-    llmtrain::nn::GPT2 model{nullptr};
+    std::shared_ptr<llmtrain::nn::CausalLM> model;
     if (from[0] == "native") model = llmtrain::train::load_checkpoint_model(from[1]);
-    else if (from[0] == "hf") model = llmtrain::io::load_hf_gpt2(from[1]);
-    else if (from[0] == "llmc") model = llmtrain::io::load_llmc_gpt2(from[1]);
+    else if (from[0] == "hf") model = llmtrain::io::load_hf_model(from[1]);
+    else if (from[0] == "llmc") model = llmtrain::io::load_llmc_gpt2(from[1]).ptr();
     else throw llmtrain::Error("--from " + from[0] + ": expected native, hf or llmc");
     std::optional<llmtrain::train::TokenizerConfig> tok = llmtrain::train::model_tokenizer(from[1]);
     if (!kind.empty()) tok = llmtrain::train::TokenizerConfig{kind, tok_path, ""};
@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
                 to[1].c_str(), double(model->num_parameters()) / 1e6,
                 tok ? (tok->kind + (tok->path.empty() ? "" : " " + tok->path)).c_str() : "none");
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "convert_checkpoint: %s\n", llmtrain::describe(e).c_str());
+    std::fprintf(stderr, "convert: %s\n", llmtrain::describe(e).c_str());
     return 1;
   }
   return 0;

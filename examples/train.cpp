@@ -1,5 +1,6 @@
-// train_gpt2: trains GPT-2 as a JSON config says, with checkpoints that resume exactly.
-//   build/bin/train_gpt2 --config examples/configs/sotu_gpt2_124m.json [--set train.max_steps=50]... [--resume]
+// train: trains a model (GPT-2, Llama, Mistral, Qwen2: model.preset or model.config) as a JSON config says, with
+// checkpoints that resume exactly.
+//   build/bin/train --config examples/configs/sotu_gpt2_124m.json [--set train.max_steps=50]... [--resume]
 #include <llmtrain/llmtrain.h>
 #include <CLI/CLI.hpp>
 
@@ -8,8 +9,8 @@
 #include "cli.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"Train GPT-2 from a JSON config"};
-  llmtrain_cli::setup(app, "train_gpt2 --config examples/configs/demo_cpu.json --set train.max_steps=100");
+  CLI::App app{"Train a GPT-2 or Llama-family model from a JSON config"};
+  llmtrain_cli::setup(app, "train --config examples/configs/demo_cpu.json --set train.max_steps=100");
   std::string config_path;
   std::vector<std::string> sets;
   llmtrain::train::RunOptions run;
@@ -38,10 +39,10 @@ int main(int argc, char** argv) {
       std::printf("%s\n", cfg.to_json().c_str());
       return 0;
     }
-    LLMTRAIN_CHECK(config->count(), "--config is required (train_gpt2 --print-config prints a full one to start from)");
+    LLMTRAIN_CHECK(config->count(), "--config is required (train --print-config prints a full one to start from)");
     llmtrain::train::run_training(cfg, run);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "train_gpt2: %s\n", llmtrain::describe(e).c_str());
+    std::fprintf(stderr, "train: %s\n", llmtrain::describe(e).c_str());
     return 1;
   }
   return 0;

@@ -1,6 +1,6 @@
-// generate_gpt2: continues a prompt with a trained checkpoint or a Hugging Face GPT-2 folder, printing
-// tokens as they come (KV cache; on a GPU in bfloat16 with the decode step as a CUDA graph).
-//   build/bin/generate_gpt2 --checkpoint runs/sotu_gpt2_124m --prompt "My fellow Americans" --max-new-tokens 64
+// generate: continues a prompt with a trained checkpoint or a Hugging Face folder (GPT-2, Llama, Mistral, Qwen2),
+// printing tokens as they come (KV cache; on a GPU in bfloat16 with the decode step as a CUDA graph).
+//   build/bin/generate --checkpoint runs/sotu_gpt2_124m --prompt "My fellow Americans" --max-new-tokens 64
 //   --temperature 0.8 --top-k 50
 // The tokenizer is the model's own (a run folder's copy; a Hugging Face folder's files) unless named.
 #include <llmtrain/llmtrain.h>
@@ -15,15 +15,15 @@
 #include "cli.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"Generate text from a GPT-2 checkpoint"};
-  llmtrain_cli::setup(
-      app, "generate_gpt2 --checkpoint runs/demo/model --prompt \"The meaning of life\" --max-new-tokens 60");
+  CLI::App app{"Generate text from a checkpoint or Hugging Face folder of any family"};
+  llmtrain_cli::setup(app,
+                      "generate --checkpoint runs/demo/model --prompt \"The meaning of life\" --max-new-tokens 60");
   std::string checkpoint, prompt, prompt_ids, stop_ids, vocab_dir, tokenizer, model_file,
       format = "text", device = "auto", dtype = "auto";
   int64_t max_new = 64;
   llmtrain::infer::SamplingOptions o;
   app.add_option("--checkpoint", checkpoint,
-                 "checkpoint folder, a run's out_dir (newest checkpoint), a Hugging Face GPT-2 folder or an llm.c .bin")
+                 "checkpoint folder, a run's out_dir (newest checkpoint), a Hugging Face folder or an llm.c .bin")
       ->required();
   auto* text_opt = app.add_option("--prompt", prompt, "prompt text");
   app.add_option("--prompt-ids", prompt_ids, "prompt as a JSON array of ids, e.g. \"[464, 1578]\"")->excludes(text_opt);
@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
     const bool cuda = device == "cuda" || (device == "auto" && torch::cuda::is_available());
     LLMTRAIN_CHECK(!cuda || torch::cuda::is_available(), "--device cuda, but no CUDA device is visible");
     const bool bf16 = dtype == "bfloat16" || (dtype == "auto" && cuda);
-    model->to(cuda ? torch::kCUDA : torch::kCPU, bf16 ? torch::kBFloat16 : torch::kFloat);
+    model->module().to(cuda ? torch::kCUDA : torch::kCPU, bf16 ? torch::kBFloat16 : torch::kFloat);
     std::unique_ptr<llmtrain::tokenizer::Tokenizer> tok;
     // A tokenizer is needed for text out or in, for the id that starts a document, and for the default
     // stop id (the end of text): only ids in and out with --stop-ids do without one.
@@ -68,15 +68,14 @@ int main(int argc, char** argv) {
     }
     std::vector<int32_t> ids;
     if (!prompt_ids.empty()) {
-      ids = llmtrain::tokenizer::parse_ids(prompt_ids, "--prompt-ids", model->cfg.vocab_size());
+      ids = llmtrain::tokenizer::parse_ids(prompt_ids, "--prompt-ids", model->vocab_size());
     } else if (!prompt.empty()) {
       ids = tok->encode(prompt);
     } else {
       LLMTRAIN_CHECK(tok && tok->eot_id(), "no prompt: give --prompt or --prompt-ids");
       ids = {*tok->eot_id()};  // start a fresh document
     }
-    if (!stop_ids.empty())
-      o.stop_tokens = llmtrain::tokenizer::parse_ids(stop_ids, "--stop-ids", model->cfg.vocab_size());
+    if (!stop_ids.empty()) o.stop_tokens = llmtrain::tokenizer::parse_ids(stop_ids, "--stop-ids", model->vocab_size());
     else if (tok && tok->eot_id()) o.stop_tokens = {*tok->eot_id()};
     const auto is_stop = [&](int32_t id) {
       return std::find(o.stop_tokens.begin(), o.stop_tokens.end(), id) != o.stop_tokens.end();
@@ -110,7 +109,7 @@ int main(int argc, char** argv) {
     if (format == "ids") std::printf("%s", nlohmann::json(produced).dump().c_str());
     std::printf("\n");
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "generate_gpt2: %s\n", llmtrain::describe(e).c_str());
+    std::fprintf(stderr, "generate: %s\n", llmtrain::describe(e).c_str());
     return 1;
   }
   return 0;

@@ -1,8 +1,8 @@
-// finetune_gpt2: continues training a checkpoint's model on new data: token shards, or prompt/completion
+// finetune: continues training a checkpoint's model on new data: token shards, or prompt/completion
 // JSONL (SFT, the loss on completions only). The model and tokenizer come from the checkpoint (its own
 // copy of the tokenizer; a Hugging Face folder's tokenizer files); the config file says the rest (data,
-// train, eval, ...), as for train_gpt2.
-//   build/bin/finetune_gpt2 --from runs/base --config examples/configs/finetune_sft.json --set data.train=train.jsonl
+// train, eval, ...), as for train.
+//   build/bin/finetune --from runs/base --config examples/configs/finetune_sft.json --set data.train=train.jsonl
 //   --set data.val=val.jsonl [--resume]
 #include <llmtrain/llmtrain.h>
 #include <CLI/CLI.hpp>
@@ -12,15 +12,15 @@
 #include "cli.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"Fine-tune a GPT-2 checkpoint on shards or SFT JSONL"};
+  CLI::App app{"Fine-tune a checkpoint or Hugging Face folder (GPT-2, Llama, Mistral, Qwen2) on shards or SFT JSONL"};
   llmtrain_cli::setup(app,
-                      "finetune_gpt2 --from runs/demo/model --config examples/configs/finetune_sft.json --set "
+                      "finetune --from runs/demo/model --config examples/configs/finetune_sft.json --set "
                       "data.train=sft/train.jsonl");
   std::string from, config_path;
   std::vector<std::string> sets;
   llmtrain::train::RunOptions run;
   app.add_option("--from,--init", from,
-                 "checkpoint folder, a run's out_dir (newest checkpoint), or a Hugging Face GPT-2 folder")
+                 "checkpoint folder, a run's out_dir (newest checkpoint), or a Hugging Face folder of any family")
       ->required();
   app.add_option("--config", config_path, "JSON config of the fine-tuning run (see examples/configs/)")->required();
   app.add_option("--set", sets, "override a key, e.g. --set train.lr=1e-5 (repeatable)");
@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
   try {
     llmtrain::train::run_training(llmtrain::train::finetune_config(from, config_path, sets), run);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "finetune_gpt2: %s\n", llmtrain::describe(e).c_str());
+    std::fprintf(stderr, "finetune: %s\n", llmtrain::describe(e).c_str());
     return 1;
   }
   return 0;
