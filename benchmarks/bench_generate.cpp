@@ -1,6 +1,6 @@
-// bench_generate: GPT-2 124M generation on the GPU in bfloat16 (random weights: the speed does not
-// depend on them), greedy, a prompt of --prompt random ids and --new new tokens, at batch 1 and 16.
-// Rows, each timed in the same run:
+// bench_generate: generation of a model preset (GPT-2 124M unless --model names another, e.g.
+// llama-3.2-1b) on the GPU in bfloat16 (random weights: the speed does not depend on them), greedy, a prompt of
+// --prompt random ids and --new new tokens, at batch 1 and 16. Rows, each timed in the same run:
 //   llmtrain        infer::Generator: KV cache, llmtrain's kernels, the decode step as a CUDA graph
 //   llmtrain-eager  the same, the decode step launched op by op
 //   llmtrain-no-gemv the graph with the few-row products off ("gemv": cuBLASLt and separate norms)
@@ -9,7 +9,7 @@
 //   hf              Hugging Face transformers' forward loop with its KV cache (Python; --no-hf skips)
 // ms/token is the decode step: (time of N new tokens - time of 1) / (N - 1), medians over --repeat
 // runs; tok/s counts every row's new tokens over the whole call, prompt included.
-//   build/bin/bench_generate [--batch 1 --batch 16] [--prompt 64] [--new 256] [--repeat 5] [--sample]
+//   build/bin/bench_generate [--model gpt2] [--batch 1 --batch 16] [--prompt 64] [--new 256] [--repeat 5] [--sample]
 #include <llmtrain/llmtrain.h>
 #include <torch/cuda.h>
 
@@ -42,14 +42,15 @@ struct Variant {
   std::string without = {};  // one op's kernel off
 };
 
-Row run(const Variant& v, llmtrain::nn::GPT2& model, int64_t B, int64_t prompt_len, int64_t new_tokens, int repeat) {
+Row run(const Variant& v, const std::shared_ptr<llmtrain::nn::CausalLM>& model, int64_t B, int64_t prompt_len,
+        int64_t new_tokens, int repeat) {
   llmtrain::ops::set_cuda_kernels_enabled(v.kernels);
   if (!v.without.empty()) llmtrain::ops::set_cuda_kernel_enabled(v.without, false);
   llmtrain::infer::GeneratorOptions go;
   go.cuda_graph = v.graph;
   llmtrain::infer::Generator gen(model, go);
   torch::manual_seed(1337);
-  const auto ids = torch::randint(50257, {B, prompt_len}, torch::kInt);
+  const auto ids = torch::randint(model->vocab_size(), {B, prompt_len}, torch::kInt);
   std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b)
     prompts[size_t(b)] = std::vector<int32_t>(ids[b].data_ptr<int32_t>(), ids[b].data_ptr<int32_t>() + prompt_len);
@@ -74,13 +75,15 @@ Row run(const Variant& v, llmtrain::nn::GPT2& model, int64_t B, int64_t prompt_l
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"GPT-2 124M generation (bf16): llmtrain's KV-cache Generator against LibTorch and transformers"};
+  CLI::App app{"Generation (bf16) of a model preset: llmtrain's KV-cache Generator against LibTorch and transformers"};
   llmtrain_cli::setup(app, "bench_generate --sample");
   std::vector<int64_t> batches;
   int64_t prompt_len = 64, new_tokens = 256;
   int repeat = 5;
   bool no_hf = false, sample = false;
-  std::string python = LLMTRAIN_PYTHON;
+  std::string python = LLMTRAIN_PYTHON, model_name = "gpt2";
+  app.add_option("--model", model_name, "a preset of either family (gpt2, llama-3.2-1b, ...; nn::ModelSpec::preset)")
+      ->capture_default_str();
   app.add_option("--batch", batches, "batch sizes (repeatable; default 1 and 16)");
   app.add_option("--prompt", prompt_len, "prompt length")->capture_default_str();
   app.add_option("--new", new_tokens, "new tokens per row")->capture_default_str()->check(CLI::Range(2, 4096));
@@ -100,8 +103,8 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   try {
     torch::manual_seed(1337);
-    llmtrain::nn::GPT2 model(llmtrain::nn::GPT2Config::preset("gpt2"));
-    model->to(torch::kCUDA, torch::kBFloat16);
+    const auto model = llmtrain::nn::make_model(llmtrain::nn::ModelSpec::preset(model_name));
+    model->module().to(torch::kCUDA, torch::kBFloat16);
     llmtrain::infer::SamplingOptions greedy;
     greedy.temperature = 0;
     llmtrain::infer::SamplingOptions warm;
@@ -115,7 +118,8 @@ int main(int argc, char** argv) {
       if (sample) rows.push_back(run({"llmtrain-sample", true, true, warm}, model, B, prompt_len, new_tokens, repeat));
     }
     if (!no_hf) {
-      std::vector<std::string> args = {std::to_string(prompt_len), std::to_string(new_tokens), std::to_string(repeat)};
+      std::vector<std::string> args = {model_name, std::to_string(prompt_len), std::to_string(new_tokens),
+                                       std::to_string(repeat)};
       for (int64_t B : batches) args.push_back(std::to_string(B));
       try {
         const auto hf =
@@ -132,8 +136,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_generate: %s\n", e.what());
     return 1;
   }
-  std::printf("GPT-2 124M bf16, prompt %lld, %lld new tokens, median of %d\n", static_cast<long long>(prompt_len),
-              static_cast<long long>(new_tokens), repeat);
+  std::printf("%s bf16, prompt %lld, %lld new tokens, median of %d\n", model_name.c_str(),
+              static_cast<long long>(prompt_len), static_cast<long long>(new_tokens), repeat);
   std::printf("%-16s %5s %10s %11s %12s %10s %8s\n", "path", "B", "ms/token", "prompt ms", "tok/s", "vs libtorch",
               "vs hf");
   nlohmann::json out = nlohmann::json::array();
@@ -148,7 +152,8 @@ int main(int argc, char** argv) {
     };
     std::printf("%-16s %5lld %10.3f %11.2f %12.0f %9.2fx %7.2fx\n", r.name.c_str(), static_cast<long long>(r.batch),
                 step_ms, r.seconds_prompt * 1e3, tok_s, base("libtorch"), base("hf"));
-    out.push_back({{"path", r.name},
+    out.push_back({{"model", model_name},
+                   {"path", r.name},
                    {"batch", r.batch},
                    {"prompt", prompt_len},
                    {"new_tokens", new_tokens},

@@ -1,5 +1,6 @@
-// bench_train: GPT-2 124M training steps on the GPU, llmtrain's fused path against plain LibTorch in
-// the same run. Each row builds the model and the optimizer afresh, runs warm-up steps, then times
+// bench_train: training steps of a model preset on the GPU (GPT-2 124M unless --model names another,
+// e.g. llama-3.2-1b), llmtrain's fused path against plain LibTorch and, with --hf, transformers in the
+// same run. Each row builds the model and the optimizer afresh, runs warm-up steps, then times
 // `--steps` whole optimizer steps (forward, backward, clipping, AdamW, the logged loss read back) on
 // random tokens. Rows:
 //   libtorch        bf16 autocast over fp32 parameters, every op on its ATen path (kernels off); the
@@ -14,8 +15,12 @@
 //                   data-parallel wrapper's cost at world size 1, against llmtrain-eager (which --dp adds)
 //   llmtrain-OP     llmtrain with one op on ATen (--without OP): what that op's kernel is worth
 //   llmtrain+OP     llmtrain with an op's kernel that is off by default turned on (--with OP)
+//   hf-eager        transformers' model of the same shape (hf_train_speed.py; --hf): bf16 autocast over fp32
+//                   parameters, SDPA attention, fused AdamW, the loss read after each step
+//   hf-compile      the same under torch.compile
 //   build/bin/bench_train --batch 16 --batch 32 --steps 20 [--eager] [--sync] [--dp] [--without layer_norm] [--with
 //   mlp]
+//   build/bin/bench_train --model llama-3.2-1b --seq 2048 --batch 4 --hf
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <cuda_profiler_api.h>
 #include <llmtrain/llmtrain.h>
@@ -28,6 +33,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
+#include "peer.h"
 
 namespace {
 
@@ -60,27 +66,29 @@ struct Variant {
   bool zero = false;          // and ZeRO-1 (its one shard: every parameter)
 };
 
-Row run(const Variant& v, int64_t B, int64_t T, int steps, int warmup, double peak_flops) {
+Row run(const Variant& v, const llmtrain::nn::ModelSpec& spec, int64_t B, int64_t T, int steps, int warmup,
+        double peak_flops) {
   llmtrain::ops::set_cuda_kernels_enabled(v.kernels);
   for (const auto& op : llmtrain::ops::cuda_kernel_names()) {
     const bool on = std::find(default_ops().begin(), default_ops().end(), op) != default_ops().end();
     llmtrain::ops::set_cuda_kernel_enabled(op, (on && op != v.without) || op == v.with);
   }
   torch::manual_seed(1337);
-  llmtrain::nn::GPT2 model(llmtrain::nn::GPT2Config::preset("gpt2"));
-  model->to(torch::kCUDA);
+  const auto model = llmtrain::nn::make_model(spec);
+  model->module().to(torch::kCUDA);
   llmtrain::optim::OptimizerOptions o;
   o.schedule.lr = 6e-4;
   o.precision = v.precision;
   o.stochastic_rounding = v.kernels;  // the plain LibTorch rows round their bf16 copies to nearest
-  llmtrain::optim::MixedPrecisionOptimizer opt(*model, o);
-  const auto idx = torch::randint(50257, {B, T + 1}, torch::TensorOptions().dtype(torch::kLong).device(torch::kCUDA));
+  llmtrain::optim::MixedPrecisionOptimizer opt(model->module(), o);
+  const auto idx =
+      torch::randint(spec.vocab_size(), {B, T + 1}, torch::TensorOptions().dtype(torch::kLong).device(torch::kCUDA));
   const auto inputs = idx.narrow(1, 0, T).contiguous(), targets = idx.narrow(1, 1, T).contiguous();
   const auto micro_step = [&](const torch::Tensor& x, const torch::Tensor& y) {
     torch::Tensor l;
     {
       llmtrain::optim::AutocastScope amp(torch::kCUDA, v.precision);
-      l = model->loss(x, y);
+      l = model->loss(x, y, {});
     }
     l.backward();
     return l.detach();
@@ -90,11 +98,11 @@ Row run(const Variant& v, int64_t B, int64_t T, int steps, int warmup, double pe
     const auto comm = llmtrain::dist::NcclCommunicator::create(nullptr, torch::Device(torch::kCUDA, 0));
     llmtrain::dist::DataParallelOptions dpo;
     dpo.shard_optimizer = v.zero;
-    dp = std::make_unique<llmtrain::dist::DataParallel>(model->parameters(), comm, dpo);
+    dp = std::make_unique<llmtrain::dist::DataParallel>(model->module().parameters(), comm, dpo);
     if (v.zero) llmtrain::train::shard_optimizer(opt, *dp, comm);
   }
   std::unique_ptr<llmtrain::train::GraphedStep> graph;
-  if (v.graph) graph = std::make_unique<llmtrain::train::GraphedStep>(model->parameters(), micro_step);
+  if (v.graph) graph = std::make_unique<llmtrain::train::GraphedStep>(model->module().parameters(), micro_step);
   c10::cuda::CUDACachingAllocator::emptyCache();
   c10::cuda::CUDACachingAllocator::resetPeakStats(0);
   double loss = 0;
@@ -112,7 +120,7 @@ Row run(const Variant& v, int64_t B, int64_t T, int steps, int warmup, double pe
     }
     opt.step(s);
     loss = l.item<double>();  // read before the next step is queued: the device waits for the host
-    model->check_inputs();
+    model->check_inputs(/*wait=*/true);
   };
   for (int s = 0; s < warmup; ++s) step(s);
   torch::cuda::synchronize();
@@ -137,12 +145,19 @@ Row run(const Variant& v, int64_t B, int64_t T, int steps, int warmup, double pe
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"GPT-2 124M training steps: llmtrain's fused path against plain LibTorch"};
+  CLI::App app{"Training steps of a model preset: llmtrain's fused path against plain LibTorch and transformers"};
   llmtrain_cli::setup(app, "bench_train --steps 15 --warmup 3");
   std::vector<int64_t> batches;
   int64_t T = 1024;
   int steps = 20, warmup = 5;
   double peak_tflops = 989.4;
+  std::string model_name = "gpt2", python = LLMTRAIN_PYTHON;
+  bool hf = false;
+  app.add_option("--model", model_name, "a preset of either family (gpt2, llama-3.2-1b, ...; nn::ModelSpec::preset)")
+      ->capture_default_str();
+  app.add_flag("--hf", hf, "also run transformers' model of the same shape, eager and under torch.compile");
+  app.add_option("--python", python, "Python with torch and transformers (default: the one CMake found)")
+      ->capture_default_str();
   app.add_option("--batch", batches, "batch sizes (repeatable; default 16 and 32)");
   app.add_option("--seq", T, "sequence length")->capture_default_str();
   app.add_option("--steps", steps, "timed steps per row")->capture_default_str();
@@ -175,8 +190,11 @@ int main(int argc, char** argv) {
       return paths.empty() || std::find(paths.begin(), paths.end(), p) != paths.end();
     };
     const double peak = peak_tflops * 1e12;
+    const auto spec = llmtrain::nn::ModelSpec::preset(model_name);
+    LLMTRAIN_CHECK(T <= spec.block_size(), "--seq ", T, " is longer than ", model_name, "'s block_size ",
+                   spec.block_size());
     for (int64_t B : batches) {
-      const auto add = [&](const Variant& v) { rows.push_back(run(v, B, T, steps, warmup, peak)); };
+      const auto add = [&](const Variant& v) { rows.push_back(run(v, spec, B, T, steps, warmup, peak)); };
       if (wanted("libtorch")) add({"libtorch", false, Precision::kBF16, /*sync=*/true});
       if (wanted("libtorch-bf16w")) add({"libtorch-bf16w", false, Precision::kBF16Master, /*sync=*/true});
       if (wanted("llmtrain")) add({"llmtrain", true, Precision::kBF16Master, false, /*graph=*/true});
@@ -192,11 +210,25 @@ int main(int argc, char** argv) {
       if (sync_row) add({"llmtrain-sync", true, Precision::kBF16Master, /*sync=*/true});
       for (const auto& op : without) add({"llmtrain-" + op, true, Precision::kBF16Master, false, true, op});
       for (const auto& op : with) add({"llmtrain+" + op, true, Precision::kBF16Master, false, true, "", op});
+      if (hf) {  // the same shape in transformers, in a process of its own (its memory is its own)
+        const double flops = double(spec.flops_per_token(T));
+        const auto j = bench::run_python_json(
+            python, std::string(LLMTRAIN_SOURCE_DIR) + "/benchmarks/hf_train_speed.py",
+            {model_name, std::to_string(B), std::to_string(T), std::to_string(steps), std::to_string(warmup)});
+        for (const char* mode : {"eager", "compile"}) {
+          const auto& h = j.at(mode);
+          const double sec = h.at("seconds_per_step").get<double>();
+          rows.push_back({std::string("hf-") + mode, B, sec * 1e3, double(B * T) / sec,
+                          peak > 0 ? double(B * T) / sec * flops / peak : 0, h.at("peak_gib").get<double>(),
+                          h.at("loss").get<double>()});
+        }
+      }
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_train: %s\n", e.what());
     return 1;
   }
+  std::printf("%s, T=%lld\n", model_name.c_str(), static_cast<long long>(T));
   std::printf("%-24s %5s %10s %12s %7s %9s %9s %8s\n", "path", "B", "ms/step", "tok/s", "MFU", "peak GiB", "loss",
               "speedup");
   nlohmann::json out = nlohmann::json::array();
@@ -208,7 +240,8 @@ int main(int argc, char** argv) {
     std::printf("%-24s %5lld %10.2f %12.0f %6.1f%% %9.2f %9.4f %7.2fx\n", r.name.c_str(),
                 static_cast<long long>(r.batch), r.ms_per_step, r.tokens_per_s, 100 * r.mfu, r.peak_gib, r.loss,
                 speedup);
-    out.push_back({{"path", r.name},
+    out.push_back({{"model", model_name},
+                   {"path", r.name},
                    {"batch", r.batch},
                    {"seq", T},
                    {"ms_per_step", r.ms_per_step},

@@ -1,8 +1,8 @@
-"""Baseline for bench_generate: Hugging Face transformers' GPT-2 124M (random weights) in bfloat16 on
-the GPU, greedy decoding with its KV cache, one forward call per token (the loop generate() runs,
+"""Baseline for bench_generate: transformers' model of a preset (GPT-2 124M, Llama-3.2-1B; random
+weights) in bfloat16 on the GPU, greedy decoding with its KV cache, one forward call per token (the loop generate() runs,
 without its per-step overhead), after a prompt of PROMPT random ids.
 
-Usage: hf_generate_speed.py PROMPT NEW REPEAT BATCH... Prints one JSON object: for each batch size, the
+Usage: hf_generate_speed.py MODEL PROMPT NEW REPEAT BATCH... Prints one JSON object: for each batch size, the
 median seconds over REPEAT runs of NEW tokens and of one token (the prompt alone).
 """
 import json
@@ -11,7 +11,7 @@ import sys
 import time
 
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
+from hf_models import build
 
 
 def run(model, prompt: torch.Tensor, new: int) -> None:
@@ -33,12 +33,12 @@ def median_seconds(model, prompt: torch.Tensor, new: int, repeat: int) -> float:
     return statistics.median(times)
 
 
-def main(prompt_len: str, new: str, repeat: str, *batches: str) -> None:
+def main(name: str, prompt_len: str, new: str, repeat: str, *batches: str) -> None:
     torch.manual_seed(1337)
-    model = GPT2LMHeadModel(GPT2Config()).to("cuda", torch.bfloat16).eval()
+    model = build(name).to("cuda", torch.bfloat16).eval()
     result = {}
     for b in map(int, batches):
-        prompt = torch.randint(50257, (b, int(prompt_len)), device="cuda")
+        prompt = torch.randint(model.config.vocab_size, (b, int(prompt_len)), device="cuda")
         run(model, prompt, 8)  # warm-up
         result[str(b)] = {"seconds": median_seconds(model, prompt, int(new), int(repeat)),
                           "seconds_prompt": median_seconds(model, prompt, 1, int(repeat))}

@@ -3,6 +3,9 @@
 //   build/bin/generate --checkpoint runs/sotu_gpt2_124m --prompt "My fellow Americans" --max-new-tokens 64
 //   --temperature 0.8 --top-k 50
 // The tokenizer is the model's own (a run folder's copy; a Hugging Face folder's files) unless named.
+// Llama-family models get their tokenizer's bos first. --chat makes the prompt a user turn in the
+// model's chat format (its folder's chat template, or --chat-template) and prints the answer alone:
+//   build/bin/generate --checkpoint Llama-3.2-1B-Instruct --chat --prompt "Name three rivers." --temperature 0
 #include <llmtrain/llmtrain.h>
 #include <torch/cuda.h>
 #include <CLI/CLI.hpp>
@@ -19,7 +22,7 @@ int main(int argc, char** argv) {
   llmtrain_cli::setup(app,
                       "generate --checkpoint runs/demo/model --prompt \"The meaning of life\" --max-new-tokens 60");
   std::string checkpoint, prompt, prompt_ids, stop_ids, vocab_dir, tokenizer, model_file,
-      format = "text", device = "auto", dtype = "auto";
+      format = "text", device = "auto", dtype = "auto", chat_template = "auto", system;
   int64_t max_new = 64;
   llmtrain::infer::SamplingOptions o;
   app.add_option("--checkpoint", checkpoint,
@@ -45,6 +48,12 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", dtype, "auto (bfloat16 on cuda, float32 on cpu), float32 or bfloat16")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "float32", "bfloat16"}));
+  bool chat = false;
+  app.add_flag("--chat", chat, "the prompt is a user's message: laid out in the chat format, the answer printed");
+  app.add_option("--system", system, "with --chat: a system message before the user's");
+  app.add_option("--chat-template", chat_template, "with --chat: auto (the model folder's), llama3, chatml or mistral")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "llama3", "chatml", "mistral"}));
   bool eager = false;
   app.add_flag("--eager", eager, "on cuda, run the decode step op by op instead of as a CUDA graph");
   CLI11_PARSE(app, argc, argv);
@@ -55,34 +64,60 @@ int main(int argc, char** argv) {
     const bool bf16 = dtype == "bfloat16" || (dtype == "auto" && cuda);
     model->module().to(cuda ? torch::kCUDA : torch::kCPU, bf16 ? torch::kBFloat16 : torch::kFloat);
     std::unique_ptr<llmtrain::tokenizer::Tokenizer> tok;
+    std::string tok_dir;
     // A tokenizer is needed for text out or in, for the id that starts a document, and for the default
     // stop id (the end of text): only ids in and out with --stop-ids do without one.
-    if (format == "text" || !prompt.empty() || prompt_ids.empty() || stop_ids.empty()) {
+    if (format == "text" || !prompt.empty() || prompt_ids.empty() || stop_ids.empty() || chat) {
       // The model's own tokenizer (a run's copy, a Hugging Face folder's files) unless one is named here.
       const auto own = tokenizer.empty() && vocab_dir.empty() && model_file.empty()
                            ? llmtrain::train::model_tokenizer(checkpoint)
                            : std::nullopt;
-      if (own) tok = llmtrain::train::load_tokenizer(*own);
-      else if (tokenizer.empty()) tokenizer = model_file.empty() ? "gpt2" : "sentencepiece";
-      if (!own) tok = llmtrain::tokenizer::load_tokenizer(tokenizer, tokenizer == "gpt2" ? vocab_dir : model_file);
+      llmtrain::train::TokenizerConfig named;
+      named.kind = !tokenizer.empty() ? tokenizer : model_file.empty() ? "gpt2" : "sentencepiece";
+      named.path = named.kind == "sentencepiece" ? model_file : vocab_dir;
+      tok = llmtrain::train::load_tokenizer(own ? *own : named);
+      tok_dir = llmtrain::train::tokenizer_dir(own ? *own : named);
     }
+    const auto bos = tok ? llmtrain::train::input_bos(model->spec(), *tok) : std::nullopt;
     std::vector<int32_t> ids;
-    if (!prompt_ids.empty()) {
+    std::vector<int32_t> stops;  // the chat format's end of a turn
+    if (chat) {
+      LLMTRAIN_CHECK(!prompt.empty(), "--chat needs --prompt (the user's message)");
+      using llmtrain::data::ChatFormat;
+      const ChatFormat f = chat_template == "auto"
+                               ? llmtrain::data::chat_format_in(tok_dir)
+                               : llmtrain::Choice<ChatFormat>::parse(chat_template, "--chat-template").value();
+      std::vector<llmtrain::data::ChatMessage> messages;
+      if (!system.empty()) messages.push_back({"system", system});
+      messages.push_back({"user", prompt});
+      std::vector<bool> trained;
+      llmtrain::data::encode_chat(*tok, llmtrain::data::render_chat(f, messages, true, "--prompt"), ids, trained);
+      // The token that ends an assistant turn: the last of a rendered answer.
+      std::vector<int32_t> answer;
+      llmtrain::data::encode_chat(*tok, llmtrain::data::render_chat(f, {{"user", "u"}, {"assistant", "a"}}, false, ""),
+                                  answer, trained);
+      const auto end = std::find_if(trained.rbegin(), trained.rend(), [](bool t) { return t; });
+      if (end != trained.rend()) stops.push_back(answer[size_t(trained.rend() - end - 1)]);
+    } else if (!prompt_ids.empty()) {
       ids = llmtrain::tokenizer::parse_ids(prompt_ids, "--prompt-ids", model->vocab_size());
     } else if (!prompt.empty()) {
       ids = tok->encode(prompt);
+      if (bos) ids.insert(ids.begin(), *bos);
     } else {
-      LLMTRAIN_CHECK(tok && tok->eot_id(), "no prompt: give --prompt or --prompt-ids");
-      ids = {*tok->eot_id()};  // start a fresh document
+      LLMTRAIN_CHECK(tok && (bos || tok->eot_id()), "no prompt: give --prompt or --prompt-ids");
+      ids = {bos ? *bos : *tok->eot_id()};  // start a fresh document
     }
     if (!stop_ids.empty()) o.stop_tokens = llmtrain::tokenizer::parse_ids(stop_ids, "--stop-ids", model->vocab_size());
     else if (tok && tok->eot_id()) o.stop_tokens = {*tok->eot_id()};
+    if (stop_ids.empty()) o.stop_tokens.insert(o.stop_tokens.end(), stops.begin(), stops.end());
     const auto is_stop = [&](int32_t id) {
       return std::find(o.stop_tokens.begin(), o.stop_tokens.end(), id) != o.stop_tokens.end();
     };
     // Text is printed as the growing difference of decode(prompt + new ids): decoding one id at a time
     // would lose what depends on its neighbours (SentencePiece drops a leading space at each call).
-    std::vector<int32_t> shown = prompt.empty() && prompt_ids.empty() ? std::vector<int32_t>{} : ids;
+    // (A chat shows its answer alone; a bos or end-of-text that starts a document shows nothing.)
+    std::vector<int32_t> shown = chat || (prompt.empty() && prompt_ids.empty()) ? std::vector<int32_t>{} : ids;
+    if (!chat && bos && !shown.empty() && shown[0] == *bos) shown.erase(shown.begin());
     size_t printed = 0;
     // A character split over tokens waits for its last byte; bytes that are no UTF-8 print as U+FFFD.
     const auto print_new = [&](bool last) {

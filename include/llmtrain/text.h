@@ -6,6 +6,7 @@
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/fs.h"
 #include "llmtrain/core/types.h"
+#include "llmtrain/data/chat.h"
 #include "llmtrain/data/prepare.h"
 #include "llmtrain/data/shard.h"
 #include "llmtrain/tokenizer/gpt2_bpe.h"

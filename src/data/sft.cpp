@@ -19,6 +19,7 @@ SFTDataset::SFTDataset(const tokenizer::Tokenizer& tok, SFTOptions options) : o_
   truncated_ = w.truncated;
   dropped_ = w.dropped;
   skipped_lines_ = w.skipped_lines;
+  chat_format_ = w.chat_format;
 }
 
 SFTDataset::~SFTDataset() = default;

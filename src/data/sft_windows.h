@@ -23,6 +23,7 @@ struct SFTExample {
 struct SFTExamples {
   std::vector<SFTExample> examples;
   int64_t read = 0, truncated = 0, dropped = 0, skipped_lines = 0;
+  ChatFormat chat_format = ChatFormat::kAuto;  // the one messages lines were laid out in
 };
 
 /// Reads `o.path` as SFTDataset's constructor documents; throws llmtrain::Error as it does.

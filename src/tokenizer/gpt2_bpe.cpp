@@ -89,7 +89,7 @@ std::vector<int32_t> GPT2BPE::encode(std::string_view text, bool allow_special) 
     return out;
   }
   detail::encode_with_special(
-      text, kEndOfText, *impl_->eot,
+      text, {{kEndOfText, *impl_->eot}},
       [&](std::string_view part, std::vector<int32_t>& o) { impl_->bpe->encode_ordinary(part, o); }, out);
   return out;
 }

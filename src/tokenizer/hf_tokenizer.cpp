@@ -207,27 +207,40 @@ HFTokenizer::HFTokenizer(const std::string& path, const std::string& config_path
   }
   d.bpe = std::make_unique<detail::ByteBPE>(d.bytes_of, special, merges, patterns, ignore_merges, path);
 
-  // bos and eos: tokenizer_config.json's, else the post-processor's first special token and <|endoftext|>.
+  // bos: what the post-processor's template starts every encoding with (Llama 3's <|begin_of_text|>;
+  // none for Qwen2 and SmolLM2, whose configs name a bos_token that transformers never adds), unless
+  // tokenizer_config.json's add_bos_token says otherwise. eos: its eos_token, else <|endoftext|>.
   const auto id_of = [&](const std::string& text, const std::string& what) {
     for (const auto& a : d.added)
       if (a.text == text) return a.id;
     LLMTRAIN_CHECK(false, what, " ", json::excerpt(text), " is not an added token of ", path);
     return int32_t(0);
   };
+  const Json& post = top.has("post_processor") ? top.at("post_processor") : Json();
+  std::vector<Json> processors = {post};
+  if (post.is_object() && post.value("type", "") == "Sequence" && post.contains("processors") &&
+      post["processors"].is_array())
+    processors.assign(post["processors"].begin(), post["processors"].end());
+  for (const Json& p : processors)
+    if (p.is_object() && p.value("type", "") == "TemplateProcessing" && p.contains("single") &&
+        p["single"].is_array() && !p["single"].empty() && p["single"][0].contains("SpecialToken"))
+      d.bos = id_of(p["single"][0]["SpecialToken"].value("id", ""), path + ": post_processor's first token");
+  for (const auto& a : d.added)
+    if (a.text == "<|endoftext|>") d.eos = a.id;
   if (!config_path.empty()) {
     const Json config = json::parse_file(config_path, uint64_t(64) << 20);
     LLMTRAIN_CHECK(config.is_object(), config_path, ": expected a JSON object");
-    if (const auto bos = config_token(config, "bos_token", config_path))
-      d.bos = id_of(*bos, config_path + ": bos_token");
     if (const auto eos = config_token(config, "eos_token", config_path))
       d.eos = id_of(*eos, config_path + ": eos_token");
-  } else {
-    const Json& post = top.has("post_processor") ? top.at("post_processor") : Json();
-    if (post.is_object() && post.value("type", "") == "TemplateProcessing" && post.contains("single") &&
-        post["single"].is_array() && !post["single"].empty() && post["single"][0].contains("SpecialToken"))
-      d.bos = id_of(post["single"][0]["SpecialToken"].value("id", ""), path + ": post_processor's first token");
-    for (const auto& a : d.added)
-      if (a.text == "<|endoftext|>") d.eos = a.id;
+    if (config.contains("add_bos_token")) {
+      LLMTRAIN_CHECK(config["add_bos_token"].is_boolean(), config_path, ": add_bos_token must be true or false, got ",
+                     json::excerpt(config["add_bos_token"]));
+      const auto bos = config_token(config, "bos_token", config_path);
+      LLMTRAIN_CHECK(!config["add_bos_token"].get<bool>() || bos, config_path,
+                     ": add_bos_token is true but bos_token names no token");
+      d.bos = config["add_bos_token"].get<bool>() ? std::optional<int32_t>(id_of(*bos, config_path + ": bos_token"))
+                                                  : std::nullopt;
+    }
   }
 }
 

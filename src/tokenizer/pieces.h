@@ -1,4 +1,4 @@
-// What the tokenizers share: splitting text around a special token's text, and joining the bytes of
+// What the tokenizers share: splitting text around special tokens' texts, and joining the bytes of
 // ids. Internal to src/tokenizer.
 #pragma once
 
@@ -11,18 +11,32 @@
 
 namespace llmtrain::tokenizer::detail {
 
-/// Appends the ids of `text`: each occurrence of `special` becomes `special_id`, the (non-empty) text
-/// between goes through `plain(part, out)`.
+/// A special token's text and id.
+struct Special {
+  std::string_view text;
+  int32_t id;
+};
+
+/// Appends the ids of `text`: each occurrence of a special token's text becomes its id (the earliest
+/// first; at one place the longest), the (non-empty) text between goes through `plain(part, out)`.
 template <typename Plain>
-void encode_with_special(std::string_view text, std::string_view special, int32_t special_id, Plain&& plain,
+void encode_with_special(std::string_view text, const std::vector<Special>& specials, Plain&& plain,
                          std::vector<int32_t>& out) {
   for (size_t start = 0;;) {
-    const size_t at = text.find(special, start);
+    size_t at = std::string_view::npos;
+    const Special* found = nullptr;
+    for (const Special& s : specials) {
+      const size_t k = s.text.empty() ? std::string_view::npos : text.find(s.text, start);
+      if (k < at || (k == at && k != std::string_view::npos && s.text.size() > found->text.size())) {
+        at = k;
+        found = &s;
+      }
+    }
     const std::string_view part = text.substr(start, at == std::string_view::npos ? at : at - start);
     if (!part.empty()) plain(part, out);
-    if (at == std::string_view::npos) return;
-    out.push_back(special_id);
-    start = at + special.size();
+    if (!found) return;
+    out.push_back(found->id);
+    start = at + found->text.size();
   }
 }
 

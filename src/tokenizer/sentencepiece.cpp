@@ -78,8 +78,8 @@ struct SentencePiece::Impl {
   void* model = nullptr;
   std::vector<std::string> bytes_of;  // id -> the bytes it decodes to ("" for control pieces)
   bool dummy_prefix = false;          // the model prepends a space to every text it encodes
-  std::optional<int32_t> eos;
-  std::string eos_text;  // the end-of-sequence piece's text, for allow_special
+  std::optional<int32_t> eos, bos;
+  std::string eos_text, bos_text;  // their pieces' texts ("</s>", "<s>"), for allow_special
   ~Impl() {
     if (model) api->free(model);
   }
@@ -134,6 +134,10 @@ SentencePiece::SentencePiece(const std::string& name, const std::string& model_b
     d.eos = eos;
     d.eos_text = piece_of(eos);
   }
+  if (const int bos = d.api->bos_id(d.model); bos >= 0 && bos < n) {
+    d.bos = bos;
+    d.bos_text = piece_of(bos);
+  }
 }
 
 SentencePiece::~SentencePiece() = default;
@@ -147,9 +151,13 @@ std::vector<int32_t> SentencePiece::encode(std::string_view text, bool allow_spe
     LLMTRAIN_CHECK(ids != nullptr, "SentencePiece::encode: ", error);
     o.insert(o.end(), ids, ids + count);
   };
-  if (allow_special && impl_->eos && !impl_->eos_text.empty())
-    detail::encode_with_special(text, impl_->eos_text, *impl_->eos, plain, out);
-  else plain(text, out);
+  std::vector<detail::Special> specials;
+  if (allow_special) {
+    if (impl_->eos) specials.push_back({impl_->eos_text, *impl_->eos});
+    if (impl_->bos) specials.push_back({impl_->bos_text, *impl_->bos});
+  }
+  if (specials.empty()) plain(text, out);
+  else detail::encode_with_special(text, specials, plain, out);
   return out;
 }
 
@@ -162,6 +170,7 @@ std::string SentencePiece::decode(const std::vector<int32_t>& ids) const {
 int64_t SentencePiece::vocab_size() const { return int64_t(impl_->bytes_of.size()); }
 
 std::optional<int32_t> SentencePiece::eot_id() const { return impl_->eos; }
+std::optional<int32_t> SentencePiece::bos_id() const { return impl_->bos; }
 std::optional<std::string> SentencePiece::eot_text() const {
   return impl_->eos ? std::optional<std::string>(impl_->eos_text) : std::nullopt;
 }

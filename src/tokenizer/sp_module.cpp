@@ -182,6 +182,7 @@ const char* piece(const void* model, int id, size_t* size) {
 }
 
 int eos_id(const void* model) { return proc(model).eos_id(); }
+int bos_id(const void* model) { return proc(model).bos_id(); }
 
 const int* encode(const void* model, const char* text, size_t size, size_t* count, const char** error) {
   return guarded(error, static_cast<const int*>(nullptr), [&]() -> const int* {
@@ -202,7 +203,7 @@ bool train(const char* const* keys, const char* const* values, size_t count, con
   });
 }
 
-constexpr SpApi kApi = {kSpApiVersion, load, free_model, piece_count, piece_kind, piece, eos_id, encode, train};
+constexpr SpApi kApi = {kSpApiVersion, load, free_model, piece_count, piece_kind, piece, eos_id, bos_id, encode, train};
 
 }  // namespace
 }  // namespace llmtrain::tokenizer::detail

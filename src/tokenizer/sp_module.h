@@ -32,13 +32,15 @@ struct SpApi {
   const char* (*piece)(const void* model, int id, size_t* size);
   /// The end-of-sequence id, or -1.
   int (*eos_id)(const void* model);
+  /// The beginning-of-sequence id, or -1.
+  int (*bos_id)(const void* model);
   /// The ids of `text`, `count` of them (the thread's, valid until its next call); null on failure.
   const int* (*encode)(const void* model, const char* text, size_t size, size_t* count, const char** error);
   /// SentencePieceTrainer::Train with the flags keys[i]=values[i]; false on failure.
   bool (*train)(const char* const* keys, const char* const* values, size_t count, const char** error);
 };
 
-constexpr int kSpApiVersion = 2;
+constexpr int kSpApiVersion = 3;
 
 /// The table: from the module (opened once, on first use) or linked in. Throws llmtrain::Error naming
 /// the module file when it cannot be opened.

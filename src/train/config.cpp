@@ -79,6 +79,9 @@ std::vector<Field> fields(TrainerConfig& c) {
       {"data.pack", &c.data.pack,
        "sft: several examples per window, each attending only to itself, packed anew "
        "each epoch"},
+      {"data.chat_template", choice(&c.data.chat_template),
+       "sft messages lines ({\"messages\": [{\"role\", \"content\"}]}): llama3, chatml, mistral, or auto "
+       "(the one the tokenizer folder's tokenizer_config.json chat_template writes)"},
       {"data.shuffle", &c.data.shuffle, "train on a seeded order each epoch; false: file order"},
       {"data.shuffle_unit", choice(&c.data.shuffle_unit),
        "shards: window (each window) or batch (whole batches of the text, "
@@ -353,6 +356,16 @@ TrainerConfig TrainerConfig::load(const std::string& path, const std::vector<std
 TokenizerConfig tokenizer_in(TokenizerConfig t, const std::string& dir) {
   if (!t.sha256.empty() && !t.path.empty() && t.path[0] != '/') t.path = dir + "/" + t.path;
   return t;
+}
+
+std::string tokenizer_dir(const TokenizerConfig& t) {
+  if (t.kind != "sentencepiece") return t.path;
+  const size_t slash = t.path.rfind('/');
+  return slash == std::string::npos ? "." : t.path.substr(0, slash);
+}
+
+std::optional<int32_t> input_bos(const nn::ModelSpec& spec, const tokenizer::Tokenizer& tok) {
+  return spec.is_gpt2() ? std::nullopt : tok.bos_id();
 }
 
 std::string TrainerConfig::reference() {

@@ -310,6 +310,9 @@ struct Trainer::Impl {
       so.path = path;
       so.seq_len = cfg.train.seq_len;
       so.pack = cfg.data.pack;
+      so.chat_format = cfg.data.chat_template;
+      so.chat_dir = tokenizer_dir(cfg.tokenizer);
+      so.add_bos = input_bos(spec, *tok).has_value();
       keep = std::make_unique<data::SFTDataset>(*tok, so);
       data::SFTLoader::Options lo;
       lo.batch_size = cfg.train.batch_size;
@@ -386,6 +389,7 @@ struct Trainer::Impl {
   // A sample from the model, printed and logged; its own seeded generator leaves the run's RNG alone.
   void write_sample() {
     std::vector<int32_t> prompt = cfg.sample.prompt.empty() ? std::vector<int32_t>{} : tok->encode(cfg.sample.prompt);
+    if (const auto bos = input_bos(spec, *tok)) prompt.insert(prompt.begin(), *bos);
     if (prompt.empty()) {
       LLMTRAIN_CHECK(tok->eot_id().has_value(),
                      "sample.prompt is empty and the tokenizer has no end-of-text id to start from");
@@ -442,7 +446,7 @@ Trainer::Trainer(TrainerConfig config, std::shared_ptr<dist::Communicator> comm)
                    " has ", d.tok->vocab_size(), " ids, more than the model's vocab_size ", d.spec.vocab_size());
     // Found now, not after the steps before the first sample.
     if (c.sample.every > 0 && !c.sample.prompt.empty()) {
-      const int64_t n = int64_t(d.tok->encode(c.sample.prompt).size());
+      const int64_t n = int64_t(d.tok->encode(c.sample.prompt).size()) + (input_bos(d.spec, *d.tok) ? 1 : 0);
       LLMTRAIN_CHECK(n < d.spec.block_size(), "sample.prompt is ", n,
                      " tokens, which leaves no room for a new one in the model's block_size ", d.spec.block_size());
     }
@@ -480,6 +484,8 @@ Trainer::Trainer(TrainerConfig config, std::shared_ptr<dist::Communicator> comm)
   lo.checkpoint_every = c.checkpoint.every;
   d.log = std::make_unique<MetricsLogger>(lo);
   d.train = d.make_source(c.data.train, c.data.shuffle, d.sft_train);
+  // The chat format found in the tokenizer's folder is kept by name: the run's copy of the folder may lack it.
+  if (d.sft_train) d.cfg.data.chat_template = d.sft_train->chat_format();
   // Evaluation always reads the same batches: the val data (else the train data) in file order.
   d.val = d.make_source(c.data.val.empty() ? c.data.train : c.data.val, false, d.sft_val);
 

@@ -52,15 +52,26 @@ TEST(HFTokenizer, MatchesTokenizersForEachFamilysPreTokenizer) {
       EXPECT_EQ(tok->decode(ids), texts[i]) << "text #" << i;
     }
     // Without tokenizer_config.json: Llama 3's bos from its post-processor, eos <|endoftext|>.
+    const auto llama3_bos = kind == "llama3" ? tok->added_token("<|begin_of_text|>") : std::nullopt;
     EXPECT_EQ(tok->eot_id(), tok->added_token("<|endoftext|>"));
-    EXPECT_EQ(tok->bos_id(), kind == "llama3" ? tok->added_token("<|begin_of_text|>") : std::nullopt);
-    // With one, its bos_token and eos_token.
+    EXPECT_EQ(tok->bos_id(), llama3_bos);
+    // With one, its eos_token; a bos_token alone adds nothing that the post-processor does not (as
+    // transformers: SmolLM2 names one it never adds).
     std::ofstream(dir.path + "/tokenizer_config.json")
         << R"({"bos_token": "<|begin_of_text|>", "eos_token": {"content": "<|eot_id|>"}})";
     const auto configured = HFTokenizer::from_dir(dir.path);
-    EXPECT_EQ(configured->bos_id(), configured->added_token("<|begin_of_text|>"));
+    EXPECT_EQ(configured->bos_id(), llama3_bos);
     EXPECT_EQ(configured->eot_id(), configured->added_token("<|eot_id|>"));
+    // add_bos_token decides where it is given.
+    for (const bool add : {true, false}) {
+      std::ofstream(dir.path + "/tokenizer_config.json")
+          << R"({"bos_token": "<|begin_of_text|>", "add_bos_token": )" << (add ? "true" : "false") << "}";
+      EXPECT_EQ(HFTokenizer::from_dir(dir.path)->bos_id(),
+                add ? configured->added_token("<|begin_of_text|>") : std::nullopt);
+    }
     EXPECT_EQ(configured->eot_text(), "<|eot_id|>");
+    std::ofstream(dir.path + "/tokenizer_config.json") << R"({"add_bos_token": true})";
+    lt::expect_error([&] { HFTokenizer::from_dir(dir.path); }, {"tokenizer_config.json", "add_bos_token"});
   }
 }
 

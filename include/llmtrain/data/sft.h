@@ -1,9 +1,11 @@
-// Supervised fine-tuning data: JSONL lines {"prompt": ..., "completion": ...} or {"text": ...} become
-// examples whose targets are -100 wherever the loss must not look: on prompt tokens and padding. An
-// example is prompt + completion + end-of-text, and the loss covers the completion and the
-// end-of-text. Without packing each example fills one window (padded); with packing, whole examples
-// are laid one after another into windows (an example is never split), anew each epoch from that
-// epoch's shuffled order, and each token's position within its example comes with the batch
+// Supervised fine-tuning data: JSONL lines {"prompt": ..., "completion": ...}, {"text": ...} or
+// {"messages": [{"role": ..., "content": ...}, ...]} become examples whose targets are -100 wherever the
+// loss must not look: on prompt tokens, on all but the assistant turns, and on padding. An example is
+// [bos] + prompt + completion + end-of-text (bos for the Llama family: SFTOptions::add_bos), the loss on
+// the completion and the end-of-text; or the messages in a chat format (llmtrain/data/chat.h), the loss
+// on each assistant turn's content and the token that ends it. Without packing each example fills one window (padded);
+// with packing, whole examples are laid one after another into windows (an example is never split), anew each epoch
+// from that epoch's shuffled order, and each token's position within its example comes with the batch
 // (Batch::positions): the model attends only within an example (ops::document_mask), so examples of
 // one window never see each other and train exactly as they would alone.
 #pragma once
@@ -39,6 +41,9 @@ class SFTDataset {
   /// example, and the padding after the last example a document of its own.
   Batch batch(const std::vector<Window>& windows) const;
   const SFTOptions& options() const { return o_; }
+  /// The chat format messages lines were laid out in: options().chat_format, or the one found in
+  /// chat_dir (auto while no messages line was read).
+  ChatFormat chat_format() const { return chat_format_; }
 
   int64_t examples() const { return read_; }        // examples read
   int64_t truncated() const { return truncated_; }  // examples cut at seq_len + 1 tokens
@@ -50,6 +55,7 @@ class SFTDataset {
   std::vector<std::vector<int64_t>> inputs_, targets_;  // each example's, at most seq_len
   std::vector<int64_t> lengths_;
   int64_t pad_ = 0;  // the end-of-text id
+  ChatFormat chat_format_ = ChatFormat::kAuto;
   int64_t read_ = 0, truncated_ = 0, dropped_ = 0, skipped_lines_ = 0;
 };
 

@@ -22,13 +22,16 @@ class SentencePiece final : public Tokenizer {
   SentencePiece(const std::string& name, const std::string& model_bytes);
   ~SentencePiece() override;
 
-  /// With `allow_special`, the end-of-sequence piece's text (e.g. "</s>") becomes its id.
+  /// With `allow_special`, the end- and beginning-of-sequence pieces' texts ("</s>", "<s>") become their ids.
   std::vector<int32_t> encode(std::string_view text, bool allow_special = false) const override;
   std::string decode(const std::vector<int32_t>& ids) const override;
   int64_t vocab_size() const override;
   /// The end-of-sequence id (e.g. </s> = 2 for Llama), if the model has one.
   std::optional<int32_t> eot_id() const override;
   std::optional<std::string> eot_text() const override;
+  /// The beginning-of-sequence id (<s> = 1 for Llama 2 and Mistral), which Llama-family models start
+  /// their input with (as transformers' LlamaTokenizer adds it), if the model has one.
+  std::optional<int32_t> bos_id() const override;
 
  private:
   struct Impl;

@@ -7,10 +7,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "llmtrain/core/choice.h"
+#include "llmtrain/data/chat.h"
 #include "llmtrain/data/shuffle_unit.h"
 #include "llmtrain/nn/model_spec.h"
 #include "llmtrain/optim/options.h"
@@ -55,7 +57,8 @@ struct DataConfig {
   std::string train;  // shard glob, or an SFT JSONL file
   std::string val;    // the same kind as train; empty: evaluate on train
   Choice<DataFormat> format = DataFormat::kAuto;
-  bool pack = false;    // sft: several examples per window (each attends only to itself; laid anew each epoch)
+  bool pack = false;  // sft: several examples per window (each attends only to itself; laid anew each epoch)
+  Choice<data::ChatFormat> chat_template = data::ChatFormat::kAuto;  // sft: how messages lines are laid out
   bool shuffle = true;  // train batches in a seeded order each epoch; false: file order
   Choice<data::ShuffleUnit> shuffle_unit = data::ShuffleUnit::kWindow;  // shards: windows or llm.c's whole batches
 };
@@ -161,5 +164,14 @@ std::string copied_tokenizer_path(const std::string& kind);
 
 /// `t` with a relative path taken relative to `dir` when `t` has a sha256 (a copy llmtrain made).
 TokenizerConfig tokenizer_in(TokenizerConfig t, const std::string& dir);
+
+/// The folder of a tokenizer's settings (tokenizer_config.json and its chat template): `t.path`, or the
+/// folder of a SentencePiece .model file.
+std::string tokenizer_dir(const TokenizerConfig& t);
+
+/// The id a model's input starts with: the tokenizer's bos for the Llama family (as transformers adds
+/// it: Llama 2 and 3, Mistral; Qwen2's tokenizer has none), none for GPT-2, whose documents start
+/// after an end-of-text.
+std::optional<int32_t> input_bos(const nn::ModelSpec& spec, const tokenizer::Tokenizer& tok);
 
 }  // namespace llmtrain::train

@@ -1,0 +1,22 @@
+"""The transformers models of the presets that bench_train and bench_generate compare against, built
+from their published shapes with random weights.
+"""
+import torch
+
+
+def build(name: str) -> torch.nn.Module:
+    """The transformers model of preset `name` (gpt2 or llama-3.2-1b), on the CPU, in float32."""
+    if name == "gpt2":
+        from transformers import GPT2Config, GPT2LMHeadModel
+        return GPT2LMHeadModel(GPT2Config())
+    if name == "llama-3.2-1b":
+        from transformers import LlamaConfig, LlamaForCausalLM
+        config = LlamaConfig(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                             num_attention_heads=32, num_key_value_heads=8, head_dim=64,
+                             max_position_embeddings=131072, rms_norm_eps=1e-5, tie_word_embeddings=True,
+                             rope_theta=500000.0,
+                             rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                                           "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+                             attn_implementation="sdpa")
+        return LlamaForCausalLM(config)
+    raise SystemExit(f"hf_models: no transformers model for preset {name} (gpt2 or llama-3.2-1b)")
