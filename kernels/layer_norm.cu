@@ -15,7 +15,7 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 
-template <typename T, typename W, int P, int kV>
+template <typename T, typename W, int P, int kV, bool kRms>
 __global__ void __launch_bounds__(kThreads)
     layer_norm_fwd_kernel(const T* __restrict__ x, const T* __restrict__ delta, const W* __restrict__ weight,
                           const W* __restrict__ bias, int64_t N, int C, float eps, T* __restrict__ h,
@@ -41,7 +41,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int i = 0; i < P; ++i) sum += v[k][i];
   }
-  const float mean = warp_sum(sum) / float(C);
+  const float mean = kRms ? 0.f : warp_sum(sum) / float(C);  // RMS: the squares' mean about zero
   float sq = 0.f;
 #pragma unroll
   for (int k = 0; k < kV; ++k) {
@@ -54,9 +54,9 @@ __global__ void __launch_bounds__(kThreads)
   for (int k = 0; k < kV; ++k) {
     const int c = (lane + 32 * k) * P;
     if (c >= C) continue;
-    float w[P], b[P], o[P];
+    float w[P], b[P] = {}, o[P];
     load_floats<P>(weight + c, w);
-    load_floats<P>(bias + c, b);
+    if constexpr (!kRms) load_floats<P>(bias + c, b);
 #pragma unroll
     for (int i = 0; i < P; ++i) o[i] = (v[k][i] - mean) * rstd * w[i] + b[i];
     store_floats<P>(out + row + c, o);
@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <typename T, typename W, int P, int kV>
+template <typename T, typename W, int P, int kV, bool kRms>
 __global__ void __launch_bounds__(kThreads)
     layer_norm_bwd_kernel(const T* __restrict__ dout, const T* __restrict__ h, const T* __restrict__ dh_in,
                           const W* __restrict__ weight, const float* __restrict__ mean, const float* __restrict__ rstd,
@@ -115,14 +115,14 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int i = 0; i < P; ++i) {
         const float g = to_float(go[k].v[i]), hat = (to_float(hv[k].v[i]) - mu) * rs;
-        d[i] += rs * (g * w[i] - mean_g - hat * mean_gh);
+        d[i] += rs * (g * w[i] - (kRms ? 0.f : mean_g) - hat * mean_gh);
       }
       store_floats<P>(dh + row + c, d);
     }
   }
   // The block's partial sums over its rows, warp 0's row first (a fixed order): dweight's terms, then
-  // dbias's, from the row still in registers.
-  for (int pass = 0; pass < 2; ++pass) {
+  // dbias's (none for RMS), from the row still in registers.
+  for (int pass = 0; pass < (kRms ? 1 : 2); ++pass) {
     float* mine = rows + warp * kCW;
 #pragma unroll
     for (int k = 0; k < kV; ++k) {
@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(kFinishCols* kFinishRuns)
   if (c < C)
     for (int64_t k = y; k < blocks; k += kFinishRuns) {
       a += partial_dw[k * C + c];
-      b += partial_db[k * C + c];
+      if (partial_db != nullptr) b += partial_db[k * C + c];
     }
   sw[y][x] = a;
   sb[y][x] = b;
@@ -175,7 +175,7 @@ __global__ void __launch_bounds__(kFinishCols* kFinishRuns)
   }
   if (y != 0 || c >= C) return;
   dweight[c] = from_float<W>(a);
-  dbias[c] = from_float<W>(b);
+  if (dbias != nullptr) dbias[c] = from_float<W>(b);
 }
 
 // Calls f with a null T* and W* of the dtypes asked for; false for a pair without a kernel.
@@ -252,9 +252,14 @@ cudaError_t launch_layer_norm_fwd(const void* x, const void* delta, const void* 
     using T = std::remove_pointer_t<decltype(t)>;
     using W = std::remove_pointer_t<decltype(w)>;
     const int64_t grid = (N + kWarps - 1) / kWarps;
-    layer_norm_fwd_kernel<T, W, decltype(p)::value, decltype(kv)::value><<<grid, kThreads, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<const T*>(delta), static_cast<const W*>(weight),
-        static_cast<const W*>(bias), N, int(C), eps, static_cast<T*>(h), static_cast<T*>(out), mean, rstd);
+    const auto go = [&](auto kernel) {
+      kernel<<<grid, kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<const T*>(delta),
+                                            static_cast<const W*>(weight), static_cast<const W*>(bias), N, int(C), eps,
+                                            static_cast<T*>(h), static_cast<T*>(out), mean, rstd);
+    };
+    constexpr int P = decltype(p)::value, kV = decltype(kv)::value;
+    if (bias == nullptr) go(layer_norm_fwd_kernel<T, W, P, kV, true>);
+    else go(layer_norm_fwd_kernel<T, W, P, kV, false>);
   });
 }
 
@@ -267,15 +272,20 @@ cudaError_t launch_layer_norm_bwd(const void* dout, const void* h, const void* d
     using T = std::remove_pointer_t<decltype(t)>;
     using W = std::remove_pointer_t<decltype(w)>;
     constexpr int P = decltype(p)::value, kV = decltype(kv)::value;
-    const auto kernel = layer_norm_bwd_kernel<T, W, P, kV>;
     constexpr int smem = kWarps * 32 * P * kV * int(sizeof(float));
-    if constexpr (smem > 48 * 1024) {  // wide rows: more than the default limit of shared memory
-      static const cudaError_t raised = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-      if ((setup = raised) != cudaSuccess) return;
-    }
-    kernel<<<layer_norm_bwd_blocks(N), kThreads, smem, stream>>>(
-        static_cast<const T*>(dout), static_cast<const T*>(h), static_cast<const T*>(dh_in),
-        static_cast<const W*>(weight), mean, rstd, N, int(C), static_cast<T*>(dh), partial_dw, partial_db);
+    const auto go = [&](auto rms) {  // a type per kind: the static below is each kernel's own
+      const auto kernel = layer_norm_bwd_kernel<T, W, P, kV, decltype(rms)::value>;
+      if constexpr (smem > 48 * 1024) {  // wide rows: more than the default limit of shared memory
+        static const cudaError_t raised =
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        if ((setup = raised) != cudaSuccess) return;
+      }
+      kernel<<<layer_norm_bwd_blocks(N), kThreads, smem, stream>>>(
+          static_cast<const T*>(dout), static_cast<const T*>(h), static_cast<const T*>(dh_in),
+          static_cast<const W*>(weight), mean, rstd, N, int(C), static_cast<T*>(dh), partial_dw, partial_db);
+    };
+    if (partial_db == nullptr) go(std::true_type{});
+    else go(std::false_type{});
   });
   return setup != cudaSuccess ? setup : launched;
 }

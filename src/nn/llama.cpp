@@ -3,7 +3,6 @@
 // grouped keys and values repeated head by head as its repeat_kv does.
 #include "llmtrain/nn/llama.h"
 
-#include <torch/nn/functional/activation.h>
 #include <torch/nn/init.h>
 
 #include <cmath>
@@ -12,6 +11,8 @@
 #include "llmtrain/core/types.h"
 #include "llmtrain/ops/attention.h"
 #include "llmtrain/ops/cross_entropy.h"
+#include "llmtrain/ops/gelu.h"
+#include "llmtrain/ops/layer_norm.h"
 #include "llmtrain/ops/linear.h"
 #include "lm_inputs.h"
 
@@ -85,11 +86,7 @@ RMSNormImpl::RMSNormImpl(int64_t size_, double eps_) : size(size_), eps(eps_) { 
 
 void RMSNormImpl::reset() { weight = register_parameter("weight", torch::ones({size})); }
 
-torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  const auto f = x.to(torch::kFloat);
-  const auto normed = f * torch::rsqrt(f.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return weight * normed.to(x.scalar_type());
-}
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return ops::rms_norm(x, weight, eps); }
 
 std::pair<torch::Tensor, torch::Tensor> rope_tables(const LlamaConfig& cfg, const torch::Tensor& positions,
                                                     torch::ScalarType dtype) {
@@ -150,7 +147,7 @@ void LlamaMLPImpl::reset() {
 }
 
 torch::Tensor LlamaMLPImpl::forward(const torch::Tensor& x) {
-  return project(down_proj, torch::silu(project(gate_proj, x)) * project(up_proj, x));
+  return project(down_proj, ops::swiglu(project(gate_proj, x), project(up_proj, x)));
 }
 
 LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(LlamaConfig cfg_) : cfg(std::move(cfg_)) { reset(); }
@@ -165,8 +162,9 @@ void LlamaDecoderLayerImpl::reset() {
 
 torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                                              const torch::Tensor& mask, const LayerCache* cache) {
-  const auto h = x + self_attn->forward(input_layernorm->forward(x), cos, sin, mask, cache);
-  return h + mlp->forward(post_attention_layernorm->forward(h));
+  const auto [h, normed] = ops::add_rms_norm(x, self_attn->forward(input_layernorm->forward(x), cos, sin, mask, cache),
+                                             post_attention_layernorm->weight, post_attention_layernorm->eps);
+  return h + mlp->forward(normed);
 }
 
 torch::Tensor LlamaDecoderLayerImpl::decode(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,

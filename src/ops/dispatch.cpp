@@ -28,6 +28,8 @@ constexpr Switch kSwitches[] = {
     {Kernel::kCrossEntropy, "cross_entropy", true},
     {Kernel::kAdamW, "adamw", true},
     {Kernel::kDecodeAttention, "decode_attention", true},
+    {Kernel::kRmsNorm, "rms_norm", true},
+    {Kernel::kSwiGLU, "swiglu", true},
 };
 constexpr size_t kCount = sizeof kSwitches / sizeof kSwitches[0];
 static_assert(

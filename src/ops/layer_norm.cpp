@@ -29,6 +29,15 @@ bool autocast_upcasts(const at::Tensor& x) {
   return reduced && x.is_cuda() && at::autocast::is_autocast_enabled(at::kCUDA);
 }
 
+// x and delta (checked to match, or undefined) in the dtype x + delta would have.
+std::pair<at::Tensor, at::Tensor> summands(const at::Tensor& x, const at::Tensor& delta, const char* who) {
+  if (!delta.defined()) return {x, delta};
+  LLMTRAIN_CHECK(delta.sizes() == x.sizes(), who, ": delta must have the shape of x ", x.sizes(), ", got ",
+                 delta.sizes());
+  const auto t = at::promote_types(x.scalar_type(), delta.scalar_type());
+  return {x.to(t), delta.to(t)};
+}
+
 }  // namespace
 
 at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps) {
@@ -38,15 +47,7 @@ at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::T
 std::pair<at::Tensor, at::Tensor> add_layer_norm(const at::Tensor& x, const at::Tensor& delta, const at::Tensor& weight,
                                                  const at::Tensor& bias, double eps) {
   check_args(x, weight, bias);
-  if (delta.defined())
-    LLMTRAIN_CHECK(delta.sizes() == x.sizes(), "add_layer_norm: delta must have the shape of x ", x.sizes(), ", got ",
-                   delta.sizes());
-  at::Tensor a = x, d = delta;
-  if (d.defined() && d.scalar_type() != a.scalar_type()) {  // the dtype x + delta would have
-    const auto t = at::promote_types(a.scalar_type(), d.scalar_type());
-    a = a.to(t);
-    d = d.to(t);
-  }
+  const auto [a, d] = summands(x, delta, "add_layer_norm");
 #if LLMTRAIN_WITH_CUDA
   if (cuda_kernel_enabled(Kernel::kLayerNorm)) {
     if (!d.defined()) {
@@ -63,6 +64,25 @@ std::pair<at::Tensor, at::Tensor> add_layer_norm(const at::Tensor& x, const at::
   if (h.is_cuda() && weight.scalar_type() != h.scalar_type() && !autocast_upcasts(h))
     return {h, at::layer_norm(h.to(weight.scalar_type()), {h.size(-1)}, weight, bias, eps).to(h.scalar_type())};
   return {h, at::layer_norm(h, {h.size(-1)}, weight, bias, eps)};
+}
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  return add_rms_norm(x, at::Tensor(), weight, eps).second;
+}
+
+std::pair<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& x, const at::Tensor& delta, const at::Tensor& weight,
+                                               double eps) {
+  LLMTRAIN_CHECK(x.dim() >= 1 && weight.dim() == 1 && weight.size(0) == x.size(-1), "rms_norm: weight must be (",
+                 x.dim() >= 1 ? x.size(-1) : 0, ") to match x ", x.sizes(), ", got ", weight.sizes());
+  const auto [a, d] = summands(x, delta, "add_rms_norm");
+#if LLMTRAIN_WITH_CUDA
+  if (cuda_kernel_enabled(Kernel::kRmsNorm) && cuda::rms_norm_supported(a, weight))
+    return cuda::add_rms_norm(a, d, weight, eps);
+#endif
+  const at::Tensor h = d.defined() ? a + d : a;
+  const at::Tensor f = h.to(at::kFloat);
+  const at::Tensor normed = f * at::rsqrt(f.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return {h, weight * normed.to(h.scalar_type())};
 }
 
 }  // namespace llmtrain::ops

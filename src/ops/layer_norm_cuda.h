@@ -1,4 +1,4 @@
-// ops::add_layer_norm's CUDA path.
+// ops::add_layer_norm's and ops::add_rms_norm's CUDA paths.
 #pragma once
 
 #include <utility>
@@ -14,5 +14,12 @@ bool layer_norm_supported(const at::Tensor& x, const at::Tensor& weight, const a
 /// layer_norm(x) is computed and returned, as .second). x and delta share one dtype.
 std::pair<at::Tensor, at::Tensor> add_layer_norm(const at::Tensor& x, const at::Tensor& delta, const at::Tensor& weight,
                                                  const at::Tensor& bias, double eps);
+
+/// True when the kernels take RMSNorm of these: CUDA tensors, x of float32/bf16/fp16 with a row width
+/// kernels::layer_norm_fits, weight contiguous of x's dtype.
+bool rms_norm_supported(const at::Tensor& x, const at::Tensor& weight);
+/// ops::add_rms_norm on the kernels (an autograd function); delta may be undefined, as above.
+std::pair<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& x, const at::Tensor& delta, const at::Tensor& weight,
+                                               double eps);
 
 }  // namespace llmtrain::ops::cuda

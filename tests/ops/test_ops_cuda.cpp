@@ -407,6 +407,105 @@ TEST(OpsGelu, KernelsMatchReference_CUDA) {
   EXPECT_TRUE(torch::allclose(ops::gelu(t), at::gelu(t, "tanh"), 1.3e-6, 1e-5));
 }
 
+TEST(OpsRmsNorm, KernelsMatchReference_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  const uint64_t seed = uint64_t(::testing::UnitTest::GetInstance()->random_seed());
+  // 7: element by element; 64, 576, 2048: packed (Llama-3.2-1B's 2048: 16-bit only); 4096: ATen.
+  int64_t case_index = 0;
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf})
+    for (int64_t C : {7, 64, 576, 2048, 4096})
+      for (int64_t rows : {1, 113, 1023})
+        for (const bool fused : {false, true}) {
+          if (C >= 2048 && rows > 113) continue;  // keep the float64 reference quick
+          torch::manual_seed(seed * 1000003 + uint64_t(case_index++));
+          SCOPED_TRACE(testing::Message() << dtype << " rows " << rows << " C " << C << (fused ? " fused" : "")
+                                          << ", seed " << seed << " case " << case_index - 1);
+          const auto x = (2 * torch::randn({rows, C}, torch::kDouble) + 0.5).to(dtype);
+          const auto delta = torch::randn({rows, C}, torch::kDouble).to(dtype);
+          const auto w = (1 + 0.3 * torch::randn({C}, torch::kDouble)).to(dtype);
+          const auto dy = torch::randn({rows, C}, torch::kDouble).to(dtype), dh = torch::randn({rows, C}).to(dtype);
+          // Reference: the ATen path in float64 on the CPU from the same rounded inputs (h as stored).
+          auto rx = x.to(torch::kDouble).requires_grad_(), rd = delta.to(torch::kDouble).requires_grad_();
+          auto rw = w.to(torch::kDouble).requires_grad_();
+          const auto rh_val = fused ? (x + delta).to(torch::kDouble) : x.to(torch::kDouble);
+          const auto rh = fused ? rx + rd + (rh_val - (rx + rd)).detach() : rx;
+          const auto ry = ops::rms_norm(rh, rw, 1e-5);
+          torch::autograd::backward(fused ? std::vector<torch::Tensor>{ry, rh} : std::vector<torch::Tensor>{ry},
+                                    fused ? std::vector<torch::Tensor>{dy.to(torch::kDouble), dh.to(torch::kDouble)}
+                                          : std::vector<torch::Tensor>{dy.to(torch::kDouble)});
+          auto gx = x.to(torch::kCUDA).t().contiguous().t().requires_grad_();
+          auto gd = delta.to(torch::kCUDA).requires_grad_();
+          auto gw = w.to(torch::kCUDA).requires_grad_();
+          const auto [gh, gy] = ops::add_rms_norm(gx, fused ? gd : torch::Tensor(), gw, 1e-5);
+          ASSERT_EQ(gy.scalar_type(), dtype);
+          torch::autograd::backward(
+              fused ? std::vector<torch::Tensor>{gy, gh} : std::vector<torch::Tensor>{gy},
+              fused ? std::vector<torch::Tensor>{dy.cuda(), dh.cuda()} : std::vector<torch::Tensor>{dy.cuda()});
+          // The ATen path rounds the normalised rows to the dtype before the weight: up to two roundings.
+          const double tol = 2 * tolerance(dtype);
+          expect_near(gy, ry.detach(), tol, "y");
+          if (fused) {
+            EXPECT_TRUE(torch::equal(gh.cpu(), x + delta)) << "h is x + delta rounded as ATen rounds it";
+            expect_near(gd.grad(), rd.grad(), tol, "ddelta");
+          }
+          expect_near(gx.grad(), rx.grad(), tol, "dx");
+          expect_near(gw.grad(), rw.grad(), tol, "dweight");
+        }
+  // The kernels' path is the one taken (a switch that changes nothing would pass the above).
+  const auto x = torch::randn({4, 64}, torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16));
+  const auto w = torch::randn({64}, x.options());
+  const auto on = ops::rms_norm(x, w, 1e-5);
+  ops::set_cuda_kernel_enabled("rms_norm", false);
+  const auto off = ops::rms_norm(x, w, 1e-5);
+  ops::set_cuda_kernel_enabled("rms_norm", true);
+  EXPECT_TRUE(torch::allclose(on.to(torch::kFloat), off.to(torch::kFloat), 2e-2, 2e-2));
+  // bf16 rows with float32 weights (autocast over float32 parameters) stay on ATen: a float32 result.
+  EXPECT_EQ(ops::rms_norm(x, w.to(torch::kFloat), 1e-5).scalar_type(), torch::kFloat);
+}
+
+TEST(OpsRmsNorm, BackwardIsReproducibleBitForBit_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
+  const auto x = torch::randn({8 * 2048, 2048}, cuda).requires_grad_();
+  const auto w = torch::randn({2048}, cuda).requires_grad_();
+  const auto dout = torch::randn({8 * 2048, 2048}, cuda);
+  std::vector<torch::Tensor> dw;
+  for (int i = 0; i < 2; ++i) {
+    w.mutable_grad() = torch::Tensor();
+    ops::rms_norm(x, w, 1e-5).backward(dout);
+    dw.push_back(w.grad().clone());
+  }
+  EXPECT_TRUE(torch::equal(dw[0], dw[1]));
+}
+
+TEST(OpsSwiGLU, KernelsMatchReference_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf})
+    for (int64_t n : {1, 7, 113, 1023, 4096 * 3 + 5}) {
+      SCOPED_TRACE(testing::Message() << dtype << " n " << n);
+      const auto g = (3 * torch::randn({n}, torch::kDouble)).to(dtype), u = torch::randn({n}, torch::kDouble).to(dtype);
+      const auto dy = torch::randn({n}, torch::kDouble).to(dtype);
+      auto rg = g.to(torch::kDouble).requires_grad_(), ru = u.to(torch::kDouble).requires_grad_();
+      const auto ry = ops::swiglu(rg, ru);
+      ry.backward(dy.to(torch::kDouble));
+      for (const int64_t offset : {0, 1}) {  // 1: starting one element into the storage, unaligned
+        const auto opts = torch::TensorOptions().device(torch::kCUDA).dtype(dtype);
+        const auto gs = torch::randn({n + offset}, opts), us = torch::randn({n + offset}, opts);
+        gs.narrow(0, offset, n).copy_(g);
+        us.narrow(0, offset, n).copy_(u);
+        auto gg = gs.narrow(0, offset, n).detach().requires_grad_(),
+             gu = us.narrow(0, offset, n).detach().requires_grad_();
+        const auto gy = ops::swiglu(gg, gu);
+        ASSERT_EQ(gy.scalar_type(), dtype);
+        gy.backward(dy.cuda());
+        const double tol = dtype == torch::kFloat ? 2e-6 : tolerance(dtype);
+        expect_near(gy, ry.detach(), tol, "y");
+        expect_near(gg.grad(), rg.grad(), tol, "dgate");
+        expect_near(gu.grad(), ru.grad(), tol, "dup");
+      }
+    }
+}
+
 TEST(OpsEmbedding, KernelsMatchReferenceAndAreReproducible_CUDA) {
   LLMTRAIN_SKIP_WITHOUT_CUDA();
   for (const auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf})

@@ -21,7 +21,7 @@
 
 namespace llmtrain::nn {
 
-/// x / sqrt(mean(x^2) + eps) * weight, in float32 whatever the input's dtype, the result cast back.
+/// x / sqrt(mean(x^2) + eps) * weight, normalised in float32 whatever the input's dtype (ops::rms_norm).
 ///   RMSNorm norm(4096, 1e-5); auto y = norm(x);  // (..., C) -> (..., C)
 class RMSNormImpl : public torch::nn::Cloneable<RMSNormImpl> {
  public:

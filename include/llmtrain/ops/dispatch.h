@@ -11,7 +11,19 @@ namespace llmtrain::ops {
 
 /// The ops with a CUDA path of llmtrain's. kGemv: the few-row products of ops::linear and
 /// ops::norm_linear without a gradient.
-enum class Kernel { kEmbedding, kLayerNorm, kGelu, kLinear, kMlp, kGemv, kCrossEntropy, kAdamW, kDecodeAttention };
+enum class Kernel {
+  kEmbedding,
+  kLayerNorm,
+  kGelu,
+  kLinear,
+  kMlp,
+  kGemv,
+  kCrossEntropy,
+  kAdamW,
+  kDecodeAttention,
+  kRmsNorm,
+  kSwiGLU,
+};
 
 /// Turns the CUDA kernels of every op on or off for the whole process (thread-safe; takes effect at
 /// the next op).
@@ -32,7 +44,7 @@ bool cuda_kernel_enabled(const std::string& op);
 void set_cuda_kernel_enabled(Kernel op, bool enabled);
 bool cuda_kernel_enabled(Kernel op);
 /// The names of the ops with a CUDA path, in Kernel's order: embedding, layer_norm, gelu, linear, mlp,
-/// gemv, cross_entropy, adamw, decode_attention.
+/// gemv, cross_entropy, adamw, decode_attention, rms_norm, swiglu.
 std::vector<std::string> cuda_kernel_names();
 
 }  // namespace llmtrain::ops

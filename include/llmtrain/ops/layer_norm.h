@@ -1,5 +1,5 @@
-// Layer normalisation over the last dimension, the call GPT-2's blocks make, alone and fused with the
-// residual add before it. One function for every device: CPU tensors take the ATen reference path; the
+// Layer normalisation (GPT-2's) and RMSNorm (the Llama family's) over the last dimension, each alone and
+// fused with the residual add before it. One function for every device: CPU tensors take the ATen reference path; the
 // fused CUDA kernels sit behind the same calls.
 #pragma once
 
@@ -25,5 +25,19 @@ std::pair<at::Tensor, at::Tensor> add_layer_norm(const at::Tensor& x,       // (
                                                  const at::Tensor& weight,  // (C)
                                                  const at::Tensor& bias,    // (C)
                                                  double eps = 1e-5);
+
+/// RMSNorm as transformers' LlamaRMSNorm computes it: x normalised in float32, x / sqrt(mean(x^2) +
+/// eps), rounded to x's dtype, times weight (the result in their promoted dtype). On CUDA with weight
+/// of x's dtype, the layer norm kernels without a bias (one rounding, forward and backward).
+///   auto y = llmtrain::ops::rms_norm(x, norm->weight, 1e-5);
+at::Tensor rms_norm(const at::Tensor& x,       // (..., C)
+                    const at::Tensor& weight,  // (C)
+                    double eps);
+
+/// {h, rms_norm(h)} with h = x + delta (in their promoted dtype); with delta undefined, h is x.
+///   auto [h, y] = llmtrain::ops::add_rms_norm(x, attn_out, norm->weight, 1e-5);
+std::pair<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& x,      // (..., C)
+                                               const at::Tensor& delta,  // x's shape, or undefined
+                                               const at::Tensor& weight, double eps);
 
 }  // namespace llmtrain::ops
