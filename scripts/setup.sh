@@ -36,6 +36,7 @@ have_header gtest/gtest.h || missing+=(libgtest-dev libgmock-dev)
 have_header benchmark/benchmark.h || missing+=(libbenchmark-dev)
 have_header CLI/CLI.hpp || missing+=(libcli11-dev)
 have_header gloo/context.h || missing+=(libgloo-dev)  # headers for LibTorch's Gloo process group
+have_header unicode/normalizer2.h || missing+=(libicu-dev)  # NFC for Qwen2's tokenizer.json (optional)
 # clang with libFuzzer and the sanitizers builds the parsers' fuzz targets (tests/fuzz); without it they are skipped.
 printf 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }\n' |
   clang++ -fsanitize=fuzzer,address,undefined -x c++ - -o /dev/null >/dev/null 2>&1 || missing+=(clang libclang-rt-14-dev)

@@ -64,6 +64,7 @@ struct HFTokenizer::Impl {
   };
   std::vector<Added> added;  // longest text first: at one place the longest wins
   std::optional<int32_t> bos, eos;
+  bool nfc = false;  // the text between added tokens is put in Unicode's NFC first
 
   // Appends the ids of `text`: added tokens (special ones only when `allow_special`) become their ids,
   // the stretches between go through the BPE.
@@ -80,7 +81,7 @@ struct HFTokenizer::Impl {
         if (next[k] < best) best = next[k], which = k;  // the first; at one place the longest (sorted)
       }
       const std::string_view part = text.substr(start, best == std::string_view::npos ? best : best - start);
-      if (!part.empty()) bpe->encode_ordinary(part, out);
+      if (!part.empty()) bpe->encode_ordinary(nfc ? std::string_view(detail::to_nfc(part)) : part, out);
       if (best == std::string_view::npos) return;
       out.push_back(added[which].id);
       start = best + added[which].text.size();
@@ -103,8 +104,18 @@ HFTokenizer::HFTokenizer(const std::string& path, const std::string& config_path
   if (model.has("byte_fallback") && model.boolean("byte_fallback"))
     refuse("model.byte_fallback", model.at("byte_fallback"), "false: a byte-level BPE");
   const bool ignore_merges = model.has("ignore_merges") && model.boolean("ignore_merges");
-  if (top.has("normalizer") && !top.at("normalizer").is_null())
-    refuse("normalizer", top.at("normalizer"), "null: the text as it is");
+  if (top.has("normalizer") && !top.at("normalizer").is_null()) {  // none, or NFC (Qwen2's), alone or as a Sequence
+    const Json& n = top.at("normalizer");
+    const bool nfc =
+        n.is_object() && (n.value("type", "") == "NFC" ||
+                          (n.value("type", "") == "Sequence" && n.contains("normalizers") &&
+                           n["normalizers"].is_array() && n["normalizers"].size() == 1 &&
+                           n["normalizers"][0].is_object() && n["normalizers"][0].value("type", "") == "NFC"));
+    if (!nfc) refuse("normalizer", n, "null, or NFC");
+    LLMTRAIN_CHECK(detail::nfc_available(), path, ": normalizer NFC needs llmtrain built with ICU (libicu-dev; ",
+                   "scripts/setup.sh installs it)");
+    d.nfc = true;
+  }
 
   // The pre-tokenizer's patterns, in order.
   std::vector<std::string> patterns;

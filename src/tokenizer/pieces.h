@@ -1,5 +1,5 @@
-// What the tokenizers share: splitting text around special tokens' texts, and joining the bytes of
-// ids. Internal to src/tokenizer.
+// What the tokenizers share: splitting text around special tokens' texts, joining the bytes of ids,
+// and Unicode's NFC. Internal to src/tokenizer.
 #pragma once
 
 #include <cstdint>
@@ -51,5 +51,11 @@ inline std::string join_pieces(const std::vector<std::string>& bytes_of, const s
   }
   return out;
 }
+
+/// Whether this build has NFC (ICU).
+bool nfc_available();
+/// `text` (valid UTF-8) in Unicode's normalization form C; ASCII and text already in NFC come back as
+/// they are. Throws llmtrain::Error in a build without ICU.
+std::string to_nfc(std::string_view text);
 
 }  // namespace llmtrain::tokenizer::detail

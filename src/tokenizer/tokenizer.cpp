@@ -9,6 +9,11 @@
 #include "llmtrain/tokenizer/gpt2_bpe.h"
 #include "llmtrain/tokenizer/hf_tokenizer.h"
 #include "llmtrain/tokenizer/sentencepiece.h"
+#include "pieces.h"
+#if LLMTRAIN_WITH_ICU
+#include <unicode/normalizer2.h>
+#include <unicode/unistr.h>
+#endif
 
 namespace llmtrain::tokenizer {
 
@@ -125,4 +130,36 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& kind, const std::st
   return std::make_unique<SentencePiece>(files[0]);
 }
 
+namespace detail {
+
+#if LLMTRAIN_WITH_ICU
+bool nfc_available() { return true; }
+#else
+bool nfc_available() { return false; }
+#endif
+
+std::string to_nfc(std::string_view text) {
+  if (std::all_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; }))
+    return std::string(text);  // ASCII is its own NFC
+#if LLMTRAIN_WITH_ICU
+  LLMTRAIN_CHECK(text.size() < size_t(INT32_MAX), "NFC: a text of ", text.size(), " bytes; at most ", INT32_MAX,
+                 " between special tokens");
+  UErrorCode status = U_ZERO_ERROR;
+  const icu::Normalizer2* nfc = icu::Normalizer2::getNFCInstance(status);
+  LLMTRAIN_CHECK(U_SUCCESS(status), "NFC: ICU's normalizer is unavailable (", u_errorName(status), ")");
+  const icu::StringPiece piece(text.data(), int32_t(text.size()));
+  if (nfc->isNormalizedUTF8(piece, status) && U_SUCCESS(status)) return std::string(text);
+  status = U_ZERO_ERROR;
+  const icu::UnicodeString normal = nfc->normalize(icu::UnicodeString::fromUTF8(piece), status);
+  LLMTRAIN_CHECK(U_SUCCESS(status), "NFC: ICU could not normalise the text (", u_errorName(status), ")");
+  std::string out;
+  normal.toUTF8String(out);
+  return out;
+#else
+  LLMTRAIN_CHECK(false, "NFC: this build of llmtrain has no ICU");
+  return {};
+#endif
+}
+
+}  // namespace detail
 }  // namespace llmtrain::tokenizer

@@ -7,12 +7,13 @@ Usage:
                                                 added token last, and saves DIR/tokenizer.json
   tokenizers_peer.py encode DIR TEXTS OUT       for a JSON list of texts, writes to OUT {"ids": each
                                                 text's ids (added tokens extracted, none added around),
-                                                "plain": the same with special tokens read as text}
+                                                "plain": the same with special tokens read as text,
+                                                "normal": the text after the normalizer (qwen2: NFC)}
 """
 import json
 import sys
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 # The pre-tokenisation patterns of the Llama 3 and Qwen2 tokenizer.json files: one Split each, before
 # a ByteLevel step that only maps bytes.
@@ -45,6 +46,8 @@ def main() -> None:
         kind, folder, files = sys.argv[2], sys.argv[3], sys.argv[4:]
         tok = Tokenizer(models.BPE(ignore_merges=kind == "llama3"))
         tok.pre_tokenizer = pre_tokenizer(kind)
+        if kind == "qwen2":  # what Qwen2's files say: the text in Unicode's NFC first
+            tok.normalizer = normalizers.NFC()
         tok.decoder = decoders.ByteLevel()
         trainer = trainers.BpeTrainer(vocab_size=3000, special_tokens=SPECIAL, show_progress=False,
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
@@ -61,7 +64,8 @@ def main() -> None:
         ids = [tok.encode(t, add_special_tokens=False).ids for t in texts]
         tok.encode_special_tokens = True
         plain = [tok.encode(t, add_special_tokens=False).ids for t in texts]
-        json.dump({"ids": ids, "plain": plain}, open(out, "w"))
+        normal = [tok.normalizer.normalize_str(t) if tok.normalizer else t for t in texts]
+        json.dump({"ids": ids, "plain": plain, "normal": normal}, open(out, "w"))
     else:
         sys.exit(f"unknown mode {mode}")
 

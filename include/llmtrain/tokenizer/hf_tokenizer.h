@@ -1,6 +1,6 @@
 // Hugging Face tokenizer.json files of the byte-level BPE kind (Llama 3, Qwen2, SmolLM2, GPT-2 as
 // tokenizers writes it): the vocabulary and merges, the pre-tokeniser's pattern, and the added tokens,
-// with bos and eos as the folder's tokenizer_config.json names them.
+// with bos as the post-processor adds it and eos as the folder's tokenizer_config.json names it.
 #pragma once
 
 #include <memory>
@@ -13,10 +13,10 @@
 namespace llmtrain::tokenizer {
 
 /// A tokenizer.json (model "BPE", byte-level) behind the Tokenizer interface. What it takes: no
-/// normalizer; a ByteLevel pre-tokenizer (its GPT-2 pattern), or a Sequence of Split patterns
-/// (behavior Isolated) and a ByteLevel without its pattern; added tokens (special ones extracted when
-/// encode's allow_special, others always), without lstrip, rstrip or single_word. Anything else is
-/// refused with an error naming the file and the key.
+/// normalizer, or NFC (in a build with ICU); a ByteLevel pre-tokenizer (its GPT-2 pattern), or a Sequence of Split
+/// patterns (behavior Isolated) and a ByteLevel without its pattern; added tokens (special ones extracted when encode's
+/// allow_special, others always), without lstrip, rstrip or single_word. Anything else is refused with an error naming
+/// the file and the key.
 ///   auto tok = llmtrain::tokenizer::HFTokenizer::from_dir("Llama-3.2-1B");
 ///   auto ids = tok->encode("Hello world");  // no bos: bos_id() says which one the model starts with
 class HFTokenizer final : public Tokenizer {
