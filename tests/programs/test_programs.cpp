@@ -16,6 +16,7 @@
 
 #include "io/llmc_file.h"
 #include "llmtrain/infer/generate.h"
+#include "llmtrain/tokenizer/hf_tokenizer.h"
 #include "llmtrain/train/trainer.h"
 #include "programs/programs.h"
 
@@ -205,4 +206,55 @@ TEST(Programs, TheWrittenOutTrainLoopLearnsAndItsModelGenerates) {
                         "4", "--temperature", "0", "--format", "ids", "--stop-ids", "[]", "--device", "cpu"});
   expect_ok(gen, "generate --checkpoint " + out + "/model");
   EXPECT_EQ(ids_of(gen).size(), 4u);
+}
+
+// The README's chat fine-tune in small: a Llama-family model trained on messages lines with a
+// tokenizer.json folder whose chat template names the format (kept by name in the run's config), then
+// asked through generate --chat, which lays the question out in that format and stops at its end token.
+TEST(Programs, ALlamaFamilyChatRunAndItsAnswer) {
+  LLMTRAIN_REQUIRE_DATA_DIR(data);
+  llmtrain::testing::TempDir t;
+  const std::string tok = t.path + "/tok", py = "'" + llmtrain::testing::test_python() + "' '" +
+                                                llmtrain::testing::test_source_dir() + "/tests/python/";
+  const auto corpus = llmtrain::testing::sotu_files(data);
+  fs::make_dirs(tok);
+  ASSERT_EQ(llmtrain::testing::run_command(py + "tokenizers_peer.py' train llama3 '" + tok + "' '" + corpus[0] + "'"),
+            0);
+  ASSERT_EQ(llmtrain::testing::run_command(py + "chat_peer.py' template llama3 > '" + t.path + "/template'"), 0);
+  std::ofstream(tok + "/tokenizer_config.json")
+      << nlohmann::json{{"chat_template", fs::read_file(t.path + "/template")}, {"eos_token", "<|eot_id|>"}}.dump();
+  {
+    std::ofstream chat(t.path + "/chat.jsonl");
+    for (int i = 0; i < 8; ++i)
+      chat << nlohmann::json{{"messages",
+                              {{{"role", "user"}, {"content", "What is " + std::to_string(i) + " plus one?"}},
+                               {{"role", "assistant"}, {"content", "It is " + std::to_string(i + 1) + "."}}}}}
+                  .dump()
+           << "\n";
+  }
+  const std::string run_dir = t.path + "/run";
+  std::ofstream(t.path + "/chat.json") << nlohmann::json{
+      {"model", {{"preset", "llama-tiny"}, {"vocab_size", 3072}}},
+      {"data", {{"train", t.path + "/chat.jsonl"}}},
+      {"tokenizer", {{"kind", "hf"}, {"path", tok}}},
+      {"train", {{"batch_size", 2}, {"seq_len", 48}, {"max_steps", 3}}},
+      {"eval", {{"batches", 1}}},
+      {"checkpoint", {{"every", 3}}},
+      {"device", "cpu"},
+      {"out_dir", run_dir}};
+  const auto trained = run({"train", "--config", t.path + "/chat.json"});
+  expect_ok(trained, "train on chat messages");
+  const auto config = nlohmann::json::parse(fs::read_file(run_dir + "/config.json"));
+  EXPECT_EQ(config["data"]["chat_template"], "llama3");  // found in the folder, kept by name
+  const auto answer = run({"generate", "--checkpoint", run_dir, "--chat", "--prompt", "What is 3 plus one?",
+                           "--max-new-tokens", "6", "--temperature", "0", "--format", "ids", "--device", "cpu"});
+  expect_ok(answer, "generate --chat");
+  const Ids got = ids_of(answer);
+  EXPECT_GE(got.size(), 1u);
+  EXPECT_LE(got.size(), 6u);
+  const auto eot = llmtrain::tokenizer::HFTokenizer::from_dir(tok)->added_token("<|eot_id|>");
+  for (size_t i = 0; i + 1 < got.size(); ++i) EXPECT_NE(got[i], *eot) << "generation goes on past the turn's end";
+  expect_refused(run({"generate", "--checkpoint", run_dir, "--chat", "--chat-template", "mistral", "--prompt", "Hi",
+                      "--device", "cpu"}),
+                 {"no special token <s>"}, "generate --chat in a format whose tokens the tokenizer lacks");
 }
