@@ -287,6 +287,9 @@ std::optional<std::string> HFTokenizer::eot_text() const {
   return impl_->eos ? std::optional<std::string>(impl_->bytes_of[size_t(*impl_->eos)]) : std::nullopt;
 }
 std::optional<int32_t> HFTokenizer::bos_id() const { return impl_->bos; }
+std::optional<std::string> HFTokenizer::bos_text() const {
+  return impl_->bos ? std::optional<std::string>(impl_->bytes_of[size_t(*impl_->bos)]) : std::nullopt;
+}
 
 std::optional<int32_t> HFTokenizer::added_token(const std::string& text) const {
   for (const auto& a : impl_->added)

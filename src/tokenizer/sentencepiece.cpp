@@ -171,6 +171,9 @@ int64_t SentencePiece::vocab_size() const { return int64_t(impl_->bytes_of.size(
 
 std::optional<int32_t> SentencePiece::eot_id() const { return impl_->eos; }
 std::optional<int32_t> SentencePiece::bos_id() const { return impl_->bos; }
+std::optional<std::string> SentencePiece::bos_text() const {
+  return impl_->bos ? std::optional<std::string>(impl_->bos_text) : std::nullopt;
+}
 std::optional<std::string> SentencePiece::eot_text() const {
   return impl_->eos ? std::optional<std::string>(impl_->eos_text) : std::nullopt;
 }

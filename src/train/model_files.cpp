@@ -123,12 +123,13 @@ void save_hf_model(const std::shared_ptr<nn::CausalLM>& model, const std::string
   const auto tok = load_tokenizer(*tokenizer);
   LLMTRAIN_CHECK(tok->vocab_size() <= model->vocab_size(), "tokenizer ", tokenizer->kind, " ", tokenizer->path, " has ",
                  tok->vocab_size(), " ids, more than the model's vocab_size ", model->vocab_size());
-  // llmtrain's documents start and end with the end-of-text id: it is both bos and eos, unless the
-  // tokenizer names a bos of its own (Llama 3's).
+  // GPT-2's documents start and end with the end-of-text id: it is both bos and eos. The Llama
+  // family's inputs start with the tokenizer's bos (train::input_bos), where it has one.
+  const auto first = input_bos(model->spec(), *tok);
   extras.eos_id = tok->eot_id() ? std::optional<int64_t>(*tok->eot_id()) : std::nullopt;
-  extras.bos_id = tok->bos_id() ? std::optional<int64_t>(*tok->bos_id()) : extras.eos_id;
+  extras.bos_id = first ? std::optional<int64_t>(*first) : extras.eos_id;
   const std::string eot = tok->eot_text().value_or("");
-  const std::string bos = tok->bos_id() ? tok->decode({*tok->bos_id()}) : eot;
+  const std::string bos = first ? tok->bos_text().value_or("") : eot;
   extras.write = [&](const std::string& tmp) {
     const auto files = tokenizer::tokenizer_files(tokenizer->kind, tokenizer->path);
     Json config = {{"model_max_length", model->block_size()}, {"clean_up_tokenization_spaces", false}};
@@ -145,9 +146,9 @@ void save_hf_model(const std::shared_ptr<nn::CausalLM>& model, const std::string
       }
     } else {
       fs::write_file_atomic(tmp + "/tokenizer.model", fs::read_file(files[0], uint64_t(1) << 30, "tokenizer"));
-      // A SentencePiece model as llmtrain encodes with it: no bos or eos added to the text.
+      // A SentencePiece model as llmtrain encodes with it: the bos first for the Llama family, no eos.
       config.update({{"tokenizer_class", "LlamaTokenizer"},
-                     {"add_bos_token", false},
+                     {"add_bos_token", first.has_value()},
                      {"add_eos_token", false},
                      {"legacy", true}});
     }

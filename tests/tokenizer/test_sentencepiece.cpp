@@ -91,15 +91,19 @@ TEST(SentencePiece, UnseenCharactersFallBackToBytesAndSurviveSplitDecoding) {
   EXPECT_EQ(emoji, "😀Ω");
 }
 
-TEST(SentencePiece, EndOfSequenceIsSpecialOnlyWhenAllowed) {
+TEST(SentencePiece, EndAndBeginningOfSequenceAreSpecialOnlyWhenAllowed) {
   Trained t("unigram");
   const SentencePiece tok(t.model);
   ASSERT_TRUE(tok.eot_id().has_value());
-  const int32_t eos = *tok.eot_id();
-  const auto special = tok.encode("data</s>model", true);
+  ASSERT_TRUE(tok.bos_id().has_value());  // the model's <s>, which Llama-family inputs start with
+  EXPECT_EQ(tok.bos_text(), "<s>");
+  const int32_t eos = *tok.eot_id(), bos = *tok.bos_id();
+  const auto special = tok.encode("<s>data</s>model", true);
   EXPECT_EQ(std::count(special.begin(), special.end(), eos), 1);
-  const auto plain = tok.encode("data</s>model");
+  EXPECT_EQ(special.front(), bos);
+  const auto plain = tok.encode("<s>data</s>model");
   EXPECT_EQ(std::count(plain.begin(), plain.end(), eos), 0);
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), bos), 0);
 }
 
 TEST(SentencePiece, BadInputNamesTheProblem) {

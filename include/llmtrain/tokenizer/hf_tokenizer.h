@@ -37,6 +37,7 @@ class HFTokenizer final : public Tokenizer {
   std::optional<int32_t> eot_id() const override;
   std::optional<std::string> eot_text() const override;
   std::optional<int32_t> bos_id() const override;
+  std::optional<std::string> bos_text() const override;
   /// An added token's id by its text ("<|eot_id|>", "<|im_end|>"), if the file has it.
   std::optional<int32_t> added_token(const std::string& text) const;
 

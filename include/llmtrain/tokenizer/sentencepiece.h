@@ -32,6 +32,7 @@ class SentencePiece final : public Tokenizer {
   /// The beginning-of-sequence id (<s> = 1 for Llama 2 and Mistral), which Llama-family models start
   /// their input with (as transformers' LlamaTokenizer adds it), if the model has one.
   std::optional<int32_t> bos_id() const override;
+  std::optional<std::string> bos_text() const override;
 
  private:
   struct Impl;

@@ -37,6 +37,8 @@ class Tokenizer {
   /// The id a model's input starts with (Llama's <s> and <|begin_of_text|>), if its family uses one;
   /// encode() never adds it.
   virtual std::optional<int32_t> bos_id() const { return std::nullopt; }
+  /// That id's text ("<s>", "<|begin_of_text|>"), which encode(..., allow_special) reads as the id.
+  virtual std::optional<std::string> bos_text() const { return std::nullopt; }
 };
 
 /// Offset of the first byte that breaks UTF-8 in `s` (overlong forms, surrogates and values past
