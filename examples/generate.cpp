@@ -110,6 +110,7 @@ int main(int argc, char** argv) {
     if (!stop_ids.empty()) o.stop_tokens = llmtrain::tokenizer::parse_ids(stop_ids, "--stop-ids", model->vocab_size());
     else if (tok && tok->eot_id()) o.stop_tokens = {*tok->eot_id()};
     if (stop_ids.empty()) o.stop_tokens.insert(o.stop_tokens.end(), stops.begin(), stops.end());
+    if (tok) o.vocab_limit = tok->vocab_size();  // no padding id, which no text stands for
     const auto is_stop = [&](int32_t id) {
       return std::find(o.stop_tokens.begin(), o.stop_tokens.end(), id) != o.stop_tokens.end();
     };

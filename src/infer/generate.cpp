@@ -26,11 +26,15 @@ void check(const SamplingOptions& o) {
   LLMTRAIN_CHECK(o.temperature >= 0, "sample: temperature must be >= 0, got ", o.temperature);
   LLMTRAIN_CHECK(o.top_k >= 0, "sample: top_k must be >= 0, got ", o.top_k);
   LLMTRAIN_CHECK(o.top_p > 0 && o.top_p <= 1, "sample: top_p must be in (0, 1], got ", o.top_p);
+  LLMTRAIN_CHECK(o.vocab_limit >= 0, "sample: vocab_limit must be >= 0, got ", o.vocab_limit);
 }
 
-torch::Tensor sample(const torch::Tensor& logits, const SamplingOptions& o, at::Generator& generator) {
-  LLMTRAIN_CHECK(logits.dim() == 2, "sample: logits must be (B, V), got ", logits.sizes());
+torch::Tensor sample(const torch::Tensor& all_logits, const SamplingOptions& o, at::Generator& generator) {
+  LLMTRAIN_CHECK(all_logits.dim() == 2, "sample: logits must be (B, V), got ", all_logits.sizes());
   check(o);
+  // The first vocab_limit columns: ids are their indices all the same.
+  const torch::Tensor logits =
+      o.vocab_limit > 0 && o.vocab_limit < all_logits.size(-1) ? all_logits.narrow(-1, 0, o.vocab_limit) : all_logits;
   if (o.temperature == 0) return logits.argmax(-1);
   torch::Tensor l = logits.to(torch::kFloat) / o.temperature;  // (B, V)
   if (o.top_k > 0 && o.top_k < l.size(-1)) {

@@ -400,6 +400,7 @@ struct Trainer::Impl {
     o.top_k = cfg.sample.top_k;
     o.seed = cfg.train.seed + uint64_t(step);
     if (tok->eot_id()) o.stop_tokens = {*tok->eot_id()};
+    o.vocab_limit = tok->vocab_size();  // no padding id, which no text stands for
     // The KV cache holds block_size positions: a longer sample is cut there.
     const int64_t room = spec.block_size() + 1 - int64_t(prompt.size());
     LLMTRAIN_CHECK(room >= 1, "sample.prompt is ", prompt.size(), " tokens, longer than the model's block_size ",

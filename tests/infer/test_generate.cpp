@@ -39,6 +39,15 @@ TEST(Sample, GreedyTopKAndTopPKeepWhatTheyShould) {
   p.top_p = 0.5;
   EXPECT_EQ(seen(p), (std::set<int64_t>{0}));
   EXPECT_EQ(seen(SamplingOptions()), (std::set<int64_t>{0, 1, 2, 3}));
+  // Padded vocabulary: ids past the limit are never picked, greedy or sampled.
+  SamplingOptions limited;
+  limited.vocab_limit = 2;
+  EXPECT_EQ(seen(limited), (std::set<int64_t>{0, 1}));
+  limited.temperature = 0;
+  const auto padded = torch::tensor({0.f, 1.f, 5.f}).repeat({3, 1});  // the padding column most likely
+  EXPECT_TRUE(llmtrain::infer::sample(padded, limited, gen).eq(1).all().item<bool>());
+  limited.vocab_limit = -1;
+  llmtrain::testing::expect_error([&] { llmtrain::infer::sample(padded, limited, gen); }, {"vocab_limit", "-1"});
 }
 
 TEST(Sample, FrequenciesFollowTheDistributionAndSeedsRepeat) {

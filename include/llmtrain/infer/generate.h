@@ -25,6 +25,9 @@ struct SamplingOptions {
   double top_p = 1.0;
   uint64_t seed = 1337;
   std::vector<int32_t> stop_tokens;  // a row ends after producing one of these
+  /// Ids at or past it are never picked: a model's vocabulary padded past its tokenizer's (GPT-2's
+  /// 50304 for 50257 ids) has rows no text stands for. 0: every id.
+  int64_t vocab_limit = 0;
 };
 
 /// Throws llmtrain::Error naming the first option out of range.
