@@ -44,7 +44,7 @@ ExternalProject_Add(llmtrain_fuzzers
   INSTALL_COMMAND ""
   USES_TERMINAL_BUILD ON)
 
-set(LLMTRAIN_FUZZ_TARGETS bpe_encode checkpoint_state config decode gpt2_bpe hf_config llmc safetensors sentencepiece sft
+set(LLMTRAIN_FUZZ_TARGETS bpe_encode chat checkpoint_state config decode gpt2_bpe hf_config llmc safetensors sentencepiece sft
     shard)
 foreach(name ${LLMTRAIN_FUZZ_TARGETS})
   add_test(NAME fuzz.${name}
