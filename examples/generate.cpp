@@ -92,12 +92,9 @@ int main(int argc, char** argv) {
       messages.push_back({"user", prompt});
       std::vector<bool> trained;
       llmtrain::data::encode_chat(*tok, llmtrain::data::render_chat(f, messages, true, "--prompt"), ids, trained);
-      // The token that ends an assistant turn: the last of a rendered answer.
-      std::vector<int32_t> answer;
-      llmtrain::data::encode_chat(*tok, llmtrain::data::render_chat(f, {{"user", "u"}, {"assistant", "a"}}, false, ""),
-                                  answer, trained);
-      const auto end = std::find_if(trained.rbegin(), trained.rend(), [](bool t) { return t; });
-      if (end != trained.rend()) stops.push_back(answer[size_t(trained.rend() - end - 1)]);
+      // The token that ends an assistant turn, where the tokenizer has it as one.
+      stops = tok->encode(llmtrain::data::chat_turn_end(f), /*allow_special=*/true);
+      if (stops.size() != 1) stops.clear();
     } else if (!prompt_ids.empty()) {
       ids = llmtrain::tokenizer::parse_ids(prompt_ids, "--prompt-ids", model->vocab_size());
     } else if (!prompt.empty()) {

@@ -52,7 +52,7 @@ std::vector<ChatPiece> render_chat(ChatFormat format, const std::vector<ChatMess
         p.special("<|end_header_id|>");
         p.text("\n\n");
         p.text(trimmed(m.content), a);
-        p.special("<|eot_id|>", a);
+        p.special(chat_turn_end(format), a);
       }
       if (add_generation_prompt) {
         p.special("<|start_header_id|>");
@@ -69,7 +69,7 @@ std::vector<ChatPiece> render_chat(ChatFormat format, const std::vector<ChatMess
         p.special("<|im_start|>");
         p.text(m.role + "\n");
         p.text(m.content, a);
-        p.special("<|im_end|>", a);
+        p.special(chat_turn_end(format), a);
         p.text("\n");
       }
       if (add_generation_prompt) {
@@ -95,7 +95,7 @@ std::vector<ChatPiece> render_chat(ChatFormat format, const std::vector<ChatMess
           p.text("[INST] " + (i == first ? system : std::string()) + m.content + " [/INST]");
         } else {
           p.text(m.content, true);
-          p.special("</s>", true);
+          p.special(chat_turn_end(format), true);
         }
       }
       break;  // the next [INST] block is the generation prompt's place: nothing to add
@@ -103,6 +103,17 @@ std::vector<ChatPiece> render_chat(ChatFormat format, const std::vector<ChatMess
     case ChatFormat::kAuto: LLMTRAIN_CHECK(false, where, ": render_chat needs a chat format, not auto");
   }
   return p.take();
+}
+
+const char* chat_turn_end(ChatFormat format) {
+  switch (format) {
+    case ChatFormat::kLlama3: return "<|eot_id|>";
+    case ChatFormat::kChatML: return "<|im_end|>";
+    case ChatFormat::kMistral: return "</s>";
+    case ChatFormat::kAuto: break;
+  }
+  LLMTRAIN_CHECK(false, "chat_turn_end needs a chat format, not auto");
+  return "";
 }
 
 std::string chat_text(const std::vector<ChatPiece>& pieces) {

@@ -79,7 +79,8 @@ struct SentencePiece::Impl {
   std::vector<std::string> bytes_of;  // id -> the bytes it decodes to ("" for control pieces)
   bool dummy_prefix = false;          // the model prepends a space to every text it encodes
   std::optional<int32_t> eos, bos;
-  std::string eos_text, bos_text;  // their pieces' texts ("</s>", "<s>"), for allow_special
+  std::string eos_text, bos_text;         // their pieces' texts ("</s>", "<s>")
+  std::vector<detail::Special> specials;  // those of the two it has, for allow_special (views of the texts)
   ~Impl() {
     if (model) api->free(model);
   }
@@ -138,6 +139,8 @@ SentencePiece::SentencePiece(const std::string& name, const std::string& model_b
     d.bos = bos;
     d.bos_text = piece_of(bos);
   }
+  if (d.eos) d.specials.push_back({d.eos_text, *d.eos});
+  if (d.bos) d.specials.push_back({d.bos_text, *d.bos});
 }
 
 SentencePiece::~SentencePiece() = default;
@@ -151,13 +154,8 @@ std::vector<int32_t> SentencePiece::encode(std::string_view text, bool allow_spe
     LLMTRAIN_CHECK(ids != nullptr, "SentencePiece::encode: ", error);
     o.insert(o.end(), ids, ids + count);
   };
-  std::vector<detail::Special> specials;
-  if (allow_special) {
-    if (impl_->eos) specials.push_back({impl_->eos_text, *impl_->eos});
-    if (impl_->bos) specials.push_back({impl_->bos_text, *impl_->bos});
-  }
-  if (specials.empty()) plain(text, out);
-  else detail::encode_with_special(text, specials, plain, out);
+  if (!allow_special || impl_->specials.empty()) plain(text, out);
+  else detail::encode_with_special(text, impl_->specials, plain, out);
   return out;
 }
 

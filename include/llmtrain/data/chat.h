@@ -55,6 +55,9 @@ struct ChatPiece {
 std::vector<ChatPiece> render_chat(ChatFormat format, const std::vector<ChatMessage>& messages,
                                    bool add_generation_prompt, const std::string& where);
 
+/// The special token that ends an assistant turn in `format` (not auto): "<|eot_id|>", "<|im_end|>", "</s>".
+const char* chat_turn_end(ChatFormat format);
+
 /// The pieces' texts, one after another: what transformers' apply_chat_template(tokenize=False) renders.
 std::string chat_text(const std::vector<ChatPiece>& pieces);
 
