@@ -10,6 +10,7 @@
 // ms/token is the decode step: (time of N new tokens - time of 1) / (N - 1), medians over --repeat
 // runs; tok/s counts every row's new tokens over the whole call, prompt included.
 //   build/bin/bench_generate [--model gpt2] [--batch 1 --batch 16] [--prompt 64] [--new 256] [--repeat 5] [--sample]
+#include <cuda_profiler_api.h>
 #include <llmtrain/llmtrain.h>
 #include <torch/cuda.h>
 
@@ -42,6 +43,8 @@ struct Variant {
   std::string without = {};  // one op's kernel off
 };
 
+bool profile = false;  // --profile
+
 Row run(const Variant& v, const std::shared_ptr<llmtrain::nn::CausalLM>& model, int64_t B, int64_t prompt_len,
         int64_t new_tokens, int repeat) {
   llmtrain::ops::set_cuda_kernels_enabled(v.kernels);
@@ -66,7 +69,10 @@ Row run(const Variant& v, const std::shared_ptr<llmtrain::nn::CausalLM>& model, 
     return median(t);
   };
   gen.generate(prompts, 8, v.sampling);  // warm-up: cuBLAS handles, the graph's capture
-  Row r{v.name, B, timed(new_tokens), timed(1)};
+  if (profile) cudaProfilerStart();      // ncu --profile-from-start off: the timed tokens alone
+  const double all = timed(new_tokens);
+  if (profile) cudaProfilerStop();
+  Row r{v.name, B, all, timed(1)};
   llmtrain::ops::set_cuda_kernels_enabled(true);
   if (!v.without.empty()) llmtrain::ops::set_cuda_kernel_enabled(v.without, true);
   return r;
@@ -92,6 +98,9 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_flag("--sample", sample, "also run llmtrain sampling (temperature 1, top-k 50, top-p 0.9) instead of greedy");
   app.add_flag("--no-hf", no_hf, "skip the transformers baseline");
+  app.add_flag("--profile", profile,
+               "run the llmtrain row alone, its timed tokens inside the profiler's range (benchmarks/profile_step.py "
+               "-- build/bin/bench_generate --profile ...: each decode kernel's time)");
   app.add_option("--python", python, "Python with torch and transformers (default: the one CMake found)")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -112,12 +121,13 @@ int main(int argc, char** argv) {
     warm.top_p = 0.9;
     for (int64_t B : batches) {
       rows.push_back(run({"llmtrain", true, true, greedy}, model, B, prompt_len, new_tokens, repeat));
+      if (profile) continue;
       rows.push_back(run({"llmtrain-eager", true, false, greedy}, model, B, prompt_len, new_tokens, repeat));
       rows.push_back(run({"llmtrain-no-gemv", true, true, greedy, "gemv"}, model, B, prompt_len, new_tokens, repeat));
       rows.push_back(run({"libtorch", false, false, greedy}, model, B, prompt_len, new_tokens, repeat));
       if (sample) rows.push_back(run({"llmtrain-sample", true, true, warm}, model, B, prompt_len, new_tokens, repeat));
     }
-    if (!no_hf) {
+    if (!no_hf && !profile) {
       std::vector<std::string> args = {model_name, std::to_string(prompt_len), std::to_string(new_tokens),
                                        std::to_string(repeat)};
       for (int64_t B : batches) args.push_back(std::to_string(B));
