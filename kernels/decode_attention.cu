@@ -24,7 +24,7 @@ template <typename T, int L>
 __global__ void __launch_bounds__(kThreads)
     decode_attention_kernel(const T* __restrict__ qkv, int64_t qkv_stride, T* k_cache, T* v_cache,
                             const int64_t* __restrict__ pos, int H, int KV, int64_t S, int64_t window, float scale_log2,
-                            T* __restrict__ out) {
+                            const float* __restrict__ inv_freq, T* __restrict__ out) {
   constexpr int P = 16 / sizeof(T), D = L * P, G = 32 / L, kStep = kWarps * G;
   const int h = blockIdx.x, kv = h / (H / KV);  // the key/value head this query head reads
   const int64_t b = blockIdx.y, C = int64_t(H) * D;
@@ -32,6 +32,7 @@ __global__ void __launch_bounds__(kThreads)
   const T* q_row = qkv + b * qkv_stride + h * D;
   const T* k_new = qkv + b * qkv_stride + C + int64_t(kv) * D;  // the row's new key and value of head kv
   const T* v_new = k_new + int64_t(KV) * D;
+  __shared__ __align__(16) T rotated[2][D];  // the query and the new key, rotated
   T* o = out + b * C + h * D;
   let_dependents_start();  // the output projection after may fetch its weights meanwhile
   wait_for_previous_kernel();
@@ -44,6 +45,22 @@ __global__ void __launch_bounds__(kThreads)
       store_floats<P>(o + threadIdx.x * P, nan);
     }
     return;
+  }
+  if (inv_freq != nullptr) {
+    for (int i = threadIdx.x; i < D / 2; i += kThreads) {
+      float sn, cs;
+      sincosf(float(p) * inv_freq[i], &sn, &cs);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const T* x = j == 0 ? q_row : k_new;
+        const float x1 = to_float(x[i]), x2 = to_float(x[i + D / 2]);
+        rotated[j][i] = from_float<T>(x1 * cs - x2 * sn);
+        rotated[j][i + D / 2] = from_float<T>(x2 * cs + x1 * sn);
+      }
+    }
+    __syncthreads();
+    q_row = rotated[0];
+    k_new = rotated[1];
   }
   const int64_t head = (b * KV + kv) * S * D;
   if (h % (H / KV) == 0 && threadIdx.x < L) {  // one query head of the group writes the cache
@@ -144,7 +161,7 @@ bool decode_attention_fits(DType dtype, int64_t D) {
 
 cudaError_t launch_decode_attention(const void* qkv, int64_t qkv_stride, void* k_cache, void* v_cache,
                                     const int64_t* pos, DType dtype, int64_t B, int64_t H, int64_t KV, int64_t S,
-                                    int64_t D, int64_t window, void* out, cudaStream_t stream) {
+                                    int64_t D, int64_t window, const float* inv_freq, void* out, cudaStream_t stream) {
   if (B == 0) return cudaSuccess;
   const int64_t bytes = dtype == DType::kFloat32 ? 4 : 2;
   if (H < 1 || KV < 1 || H % KV != 0 || window < 0 || S < 1 || B > 65535 || !decode_attention_fits(dtype, D) ||
@@ -159,7 +176,7 @@ cudaError_t launch_decode_attention(const void* qkv, int64_t qkv_stride, void* k
     const auto go = [&](auto kernel) {
       launched = launch_dependent(kernel, grid, dim3(kThreads), 0, stream, static_cast<const E*>(qkv), qkv_stride,
                                   static_cast<E*>(k_cache), static_cast<E*>(v_cache), pos, int(H), int(KV), S, window,
-                                  scale_log2, static_cast<E*>(out));
+                                  scale_log2, inv_freq, static_cast<E*>(out));
     };
     switch (D / pack_elements(dtype)) {
       case 4: go(decode_attention_kernel<E, 4>); break;

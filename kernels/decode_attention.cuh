@@ -22,14 +22,18 @@ bool decode_attention_fits(DType dtype, int64_t D);
 /// then out[b, h] = softmax(q k[lo..pos[b]]^T / sqrt(D)) v[lo..pos[b]], lo = pos[b] - window + 1 when
 /// window > 0 (a sliding window), else 0. q, the new k and v are the row's fused projection
 /// [q | k | v]: H query heads of D, then KV key and value heads each (grouped-query attention: KV
-/// divides H, and query head h reads key/value head h / (H / KV)). A row whose pos lies outside
+/// divides H, and query head h reads key/value head h / (H / KV)). With inv_freq (D / 2 floats) the
+/// query and the new key are first rotated as launch_rotary rotates them, by the angles
+/// pos[b] * inv_freq[i] (sincosf of the float32 product), and the key is cached rotated, rounded to
+/// `dtype`; the query is rounded too, as a separate rotation would store it. A row whose pos lies outside
 /// [0, S) writes nothing to the caches and gets NaN. Pointers and qkv's row stride must be 16-byte
 /// aligned.
 cudaError_t launch_decode_attention(const void* qkv, int64_t qkv_stride,  // (B, (H + 2 KV) D), rows qkv_stride apart
                                     void* k_cache, void* v_cache,         // (B, KV, S, D) contiguous each
                                     const int64_t* pos,                   // (B)
                                     DType dtype, int64_t B, int64_t H, int64_t KV, int64_t S, int64_t D, int64_t window,
-                                    void* out,  // (B, H D)
+                                    const float* inv_freq,  // (D / 2) or null: no rotation
+                                    void* out,              // (B, H D)
                                     cudaStream_t stream);
 
 }  // namespace llmtrain::kernels

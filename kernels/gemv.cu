@@ -5,8 +5,10 @@
 // this one computes. After the wait each block stages its input rows in shared memory as the dtype
 // (warp m row m: x + delta, rounded as stored, then normalised in two passes over the staged row). Then each warp takes
 // two weight rows at a time: lane l reads packs l, l + 32, ... of both, four packs of each row in flight, and keeps M x
-// 2 float sums, added across the warp by shuffles at the end. The grid is capped at a few blocks an SM, so that a wide
-// layer (the classifier) pays the staging only a few times per SM.
+// 2 float sums, added across the warp by shuffles at the end; one lane adds the bias and activation of each output.
+// The grid is capped at a few blocks an SM, so that a wide layer (the classifier) pays the staging only a few times
+// per SM. Weights of several parts (kMulti) find each row's part at the start of a turn; SwiGLU gives a warp one
+// output's gate and up rows as its two.
 #include <algorithm>
 #include <type_traits>
 
@@ -26,20 +28,42 @@ constexpr int64_t kStageBytes = 48 * 1024;
 template <typename T>
 struct Params {
   int M, K;
-  int64_t N;
+  int64_t N;  // the rows of the weight as read: the parts' rows together
   const T* x;
   const T* delta;
   T* sum;
   const T* ln_weight;
-  const T* ln_bias;
+  const T* ln_bias;  // null with ln_weight: RMSNorm
   float eps;
-  const T* w;
-  const T* bias;
-  bool gelu;
+  int parts;
+  const T* w[kGemvMaxParts];
+  const T* bias[kGemvMaxParts];
+  int64_t n[kGemvMaxParts];
+  GemvAct act;
   T* y;
 };
 
-template <typename T, int MT, bool kNorm>
+// Row v of the weight as the kernel reads it and its bias: the parts one after another, or for SwiGLU
+// gate row v / 2 and up row v / 2 in turn, so that a warp's two rows are one output's gate and up.
+// kMulti false: one part (GPT-2's products and the Llama family's single ones), no search.
+template <bool kMulti, typename T>
+__device__ __forceinline__ const T* weight_row(const Params<T>& p, int64_t v, const T** bias) {
+  if constexpr (!kMulti) {
+    *bias = p.bias[0] != nullptr ? p.bias[0] + v : nullptr;
+    return p.w[0] + v * p.K;
+  }
+  int part = 0;
+  if (p.act == GemvAct::kSwiGLU) {
+    part = int(v & 1);
+    v >>= 1;
+  } else {
+    while (part + 1 < p.parts && v >= p.n[part]) v -= p.n[part++];
+  }
+  *bias = p.bias[part] != nullptr ? p.bias[part] + v : nullptr;
+  return p.w[part] + v * p.K;
+}
+
+template <typename T, int MT, bool kNorm, bool kMulti>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(const Params<T> p) {
   constexpr int P = 16 / sizeof(T), R = kRowsPerWarp;
   extern __shared__ __align__(16) unsigned char stage_bytes[];
@@ -49,9 +73,11 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const Params<T> p) {
 
   let_dependents_start();
   for (int r = 0; r < R; ++r)  // the first turn's weights, towards L2 while the kernel before finishes
-    if (first + r < p.N)
-      for (int c = lane; c < packs; c += 32)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(p.w + (first + r) * p.K + int64_t(c) * P));
+    if (first + r < p.N) {
+      const T* bias;
+      const T* w = weight_row<kMulti>(p, first + r, &bias);
+      for (int c = lane; c < packs; c += 32) asm volatile("prefetch.global.L2 [%0];" ::"l"(w + int64_t(c) * P));
+    }
   wait_for_previous_kernel();  // nothing the kernels before wrote is read above, nor anything written
 
   if (warp < p.M) {
@@ -73,7 +99,8 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const Params<T> p) {
       for (int i = 0; i < P; ++i) total += v[i];
     }
     if constexpr (kNorm) {
-      const float mean = warp_sum(total) / float(p.K);
+      const bool rms = p.ln_bias == nullptr;  // RMSNorm: the squares' mean about zero, no bias
+      const float mean = rms ? 0.f : warp_sum(total) / float(p.K);
       float sq = 0.f;
       for (int c = lane; c < packs; c += 32) {  // each lane rereads only the packs it wrote
         float v[P];
@@ -83,10 +110,10 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const Params<T> p) {
       }
       const float rstd = rsqrtf(warp_sum(sq) / float(p.K) + p.eps);
       for (int c = lane; c < packs; c += 32) {
-        float v[P], g[P], b[P];
+        float v[P], g[P], b[P] = {};
         load_floats<P>(s + c * P, v);
         load_floats<P>(p.ln_weight + c * P, g);
-        load_floats<P>(p.ln_bias + c * P, b);
+        if (!rms) load_floats<P>(p.ln_bias + c * P, b);
 #pragma unroll
         for (int i = 0; i < P; ++i) v[i] = (v[i] - mean) * rstd * g[i] + b[i];
         store_floats<P>(s + c * P, v);
@@ -96,6 +123,10 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const Params<T> p) {
   __syncthreads();
 
   for (int64_t n0 = first; n0 < p.N; n0 += stride) {
+    const T* w[R];
+    const T* bias[R] = {};
+#pragma unroll
+    for (int r = 0; r < R; ++r) w[r] = n0 + r < p.N ? weight_row<kMulti>(p, n0 + r, &bias[r]) : nullptr;
     float acc[R][MT] = {};
     for (int c0 = 0; c0 < packs; c0 += 32 * kUnroll) {
       Vec<T> wv[kUnroll][R];
@@ -104,8 +135,8 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const Params<T> p) {
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           const int c = c0 + lane + 32 * u;
-          if (c < packs && n0 + r < p.N) {
-            wv[u][r] = *reinterpret_cast<const Vec<T>*>(p.w + (n0 + r) * p.K + int64_t(c) * P);
+          if (c < packs && w[r] != nullptr) {
+            wv[u][r] = *reinterpret_cast<const Vec<T>*>(w[r] + int64_t(c) * P);
           } else {
 #pragma unroll
             for (int i = 0; i < P; ++i) wv[u][r].v[i] = from_float<T>(0.f);
@@ -127,18 +158,34 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const Params<T> p) {
         }
       }
     }
+    float total[R][MT];
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
-      for (int m = 0; m < MT; ++m) {
-        const float total = warp_sum(acc[r][m]);
-        const int64_t n = n0 + r;
-        if (lane == r * MT + m && m < p.M && n < p.N) {
-          float v = total + (p.bias != nullptr ? to_float(p.bias[n]) : 0.f);
-          if (p.gelu) v = gelu<T>(v);
-          p.y[int64_t(m) * p.N + n] = from_float<T>(v);
+      for (int m = 0; m < MT; ++m) total[r][m] = warp_sum(acc[r][m]);
+    // One lane writes each output: its bias and activation are that lane's alone.
+    const auto biased = [&](int r, int m) { return total[r][m] + (bias[r] != nullptr ? to_float(*bias[r]) : 0.f); };
+    if (kMulti && p.act == GemvAct::kSwiGLU) {  // rows n0, n0 + 1: output n0 / 2's gate and up (n0 is even)
+      static_assert(R == 2, "SwiGLU pairs a warp's two rows");
+#pragma unroll
+      for (int m = 0; m < MT; ++m)
+        if (lane == m && m < p.M && w[1] != nullptr) {
+          const float g = biased(0, m);
+          p.y[int64_t(m) * (p.N / 2) + n0 / 2] = from_float<T>(g / (1.f + __expf(-g)) * biased(1, m));
         }
-      }
+    } else {
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          const int64_t n = n0 + r;
+          if (lane == r * MT + m && m < p.M && n < p.N) {
+            float v = biased(r, m);
+            if (p.act == GemvAct::kGelu) v = gelu<T>(v);
+            p.y[int64_t(m) * p.N + n] = from_float<T>(v);
+          }
+        }
+    }
   }
 }
 
@@ -160,42 +207,60 @@ bool gemv_fits(DType dtype, int64_t M, int64_t K) {
 }
 
 cudaError_t launch_gemv(const GemvArgs& a, cudaStream_t stream) {
-  if (a.N == 0) return cudaSuccess;
-  const bool norm = a.ln_weight != nullptr;
-  if (!gemv_fits(a.dtype, a.M, a.K) || a.N < 0 || a.x == nullptr || a.w == nullptr || a.y == nullptr ||
-      (a.delta != nullptr && a.sum == nullptr) || (norm && a.ln_bias == nullptr))
+  const bool swiglu = a.act == GemvAct::kSwiGLU;
+  if (a.parts < 1 || a.parts > kGemvMaxParts || (swiglu && (a.parts != 2 || a.n[0] != a.n[1])))
     return cudaErrorInvalidValue;
-  for (const void* q : {a.x, a.delta, static_cast<const void*>(a.sum), a.w, static_cast<const void*>(a.y)})
+  int64_t N = 0;
+  for (int i = 0; i < a.parts; ++i) {
+    if (a.n[i] < 0 || a.w[i] == nullptr || !is_aligned(a.w[i], 16)) return cudaErrorInvalidValue;
+    N += a.n[i];
+  }
+  if (N == 0) return cudaSuccess;
+  const bool norm = a.ln_weight != nullptr;
+  if (!gemv_fits(a.dtype, a.M, a.K) || a.x == nullptr || a.y == nullptr || (a.delta != nullptr && a.sum == nullptr))
+    return cudaErrorInvalidValue;
+  for (const void* q : {a.x, a.delta, static_cast<const void*>(a.sum), static_cast<const void*>(a.y)})
     if (!is_aligned(q, 16)) return cudaErrorInvalidValue;
-  const int64_t turns = (a.N + kRowsPerWarp * kWarps - 1) / (kRowsPerWarp * kWarps);
+  const int64_t turns = (N + kRowsPerWarp * kWarps - 1) / (kRowsPerWarp * kWarps);
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(turns, int64_t(multiprocessors()) * kBlocksPerSM));
   const size_t stage = static_cast<size_t>(a.M * a.K * element_bytes(a.dtype));
   cudaError_t launched = cudaSuccess;
   with_element_type(a.dtype, [&](auto* t) {
     using E = std::remove_pointer_t<decltype(t)>;
-    const Params<E> p{int(a.M),
-                      int(a.K),
-                      a.N,
-                      static_cast<const E*>(a.x),
-                      static_cast<const E*>(a.delta),
-                      static_cast<E*>(a.sum),
-                      static_cast<const E*>(a.ln_weight),
-                      static_cast<const E*>(a.ln_bias),
-                      a.eps,
-                      static_cast<const E*>(a.w),
-                      static_cast<const E*>(a.bias),
-                      a.gelu,
-                      static_cast<E*>(a.y)};
+    Params<E> p{int(a.M),
+                int(a.K),
+                N,
+                static_cast<const E*>(a.x),
+                static_cast<const E*>(a.delta),
+                static_cast<E*>(a.sum),
+                static_cast<const E*>(a.ln_weight),
+                static_cast<const E*>(a.ln_bias),
+                a.eps,
+                a.parts,
+                {},
+                {},
+                {},
+                a.act,
+                static_cast<E*>(a.y)};
+    for (int i = 0; i < a.parts; ++i) {
+      p.w[i] = static_cast<const E*>(a.w[i]);
+      p.bias[i] = static_cast<const E*>(a.bias[i]);
+      p.n[i] = a.n[i];
+    }
     const auto go = [&](auto kernel) {
       launched = launch_dependent(kernel, dim3(grid), dim3(kThreads), stage, stream, p);
     };
-    if (a.M == 1) {
-      norm ? go(gemv_kernel<E, 1, true>) : go(gemv_kernel<E, 1, false>);
-    } else if (a.M == 2) {
-      norm ? go(gemv_kernel<E, 2, true>) : go(gemv_kernel<E, 2, false>);
-    } else {
-      norm ? go(gemv_kernel<E, 4, true>) : go(gemv_kernel<E, 4, false>);
-    }
+    const auto by_rows = [&](auto norm_v, auto multi_v) {
+      constexpr bool kN = decltype(norm_v)::value, kM = decltype(multi_v)::value;
+      if (a.M == 1) go(gemv_kernel<E, 1, kN, kM>);
+      else if (a.M == 2) go(gemv_kernel<E, 2, kN, kM>);
+      else go(gemv_kernel<E, 4, kN, kM>);
+    };
+    const bool multi = a.parts > 1 || swiglu;
+    using Yes = std::true_type;
+    using No = std::false_type;
+    if (norm) multi ? by_rows(Yes{}, Yes{}) : by_rows(Yes{}, No{});
+    else multi ? by_rows(No{}, Yes{}) : by_rows(No{}, No{});
   });
   return launched != cudaSuccess ? launched : cudaGetLastError();
 }

@@ -6,6 +6,7 @@
 #include <torch/nn/init.h>
 
 #include <cmath>
+#include <tuple>
 
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/types.h"
@@ -27,8 +28,9 @@ torch::Tensor project(const torch::nn::Linear& l, const torch::Tensor& x) {
   return ops::linear(x, l->weight, l->options.bias() ? l->bias : torch::Tensor());
 }
 
-// The rotary frequencies of head_dim / 2 channel pairs, float32, as transformers derives them.
-torch::Tensor inverse_frequencies(const LlamaConfig& cfg, const torch::Device& device) {
+}  // namespace
+
+torch::Tensor rope_frequencies(const LlamaConfig& cfg, const torch::Device& device) {
   const int64_t D = cfg.resolved_head_dim();
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(device);
   auto inv =
@@ -54,11 +56,7 @@ torch::Tensor inverse_frequencies(const LlamaConfig& cfg, const torch::Device& d
   return inv;
 }
 
-// x * cos + rotate_half(x) * sin, rotate_half(x) = [-x2, x1] for the halves x1, x2 of the last dim.
-torch::Tensor rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-  const auto halves = x.chunk(2, -1);
-  return x * cos + torch::cat({-halves[1], halves[0]}, -1) * sin;
-}
+namespace {
 
 // Where a query t may see key s, (1 or B, 1, T, T) bool: within its document (packed rows), and within
 // the last `window` keys (Mistral). Undefined: plainly causal.
@@ -88,14 +86,6 @@ void RMSNormImpl::reset() { weight = register_parameter("weight", torch::ones({s
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return ops::rms_norm(x, weight, eps); }
 
-std::pair<torch::Tensor, torch::Tensor> rope_tables(const LlamaConfig& cfg, const torch::Tensor& positions,
-                                                    torch::ScalarType dtype) {
-  const auto inv = inverse_frequencies(cfg, positions.device());
-  const auto freqs = positions.to(torch::kFloat).unsqueeze(-1) * inv;  // (B, T, D / 2)
-  const auto angles = torch::cat({freqs, freqs}, -1).unsqueeze(1);     // (B, 1, T, D)
-  return {angles.cos().to(dtype), angles.sin().to(dtype)};
-}
-
 LlamaAttentionImpl::LlamaAttentionImpl(LlamaConfig cfg_) : cfg(std::move(cfg_)) { reset(); }
 
 void LlamaAttentionImpl::reset() {
@@ -109,32 +99,16 @@ void LlamaAttentionImpl::reset() {
 torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                                           const torch::Tensor& mask, const LayerCache* cache) {
   const int64_t B = x.size(0), T = x.size(1), D = cfg.resolved_head_dim(), H = cfg.n_head(), KV = cfg.n_kv_head();
-  const auto heads = [&](const torch::Tensor& t, int64_t n) { return t.view({B, T, n, D}).transpose(1, 2); };
-  auto q = rotate(heads(project(q_proj, x), H), cos, sin);
-  auto k = rotate(heads(project(k_proj, x), KV), cos, sin);
-  auto v = heads(project(v_proj, x), KV);
+  const auto heads = [&](const torch::Tensor& t, int64_t n) { return t.view({B, T, n, D}); };
+  const auto q = ops::rotary(heads(project(q_proj, x), H), cos, sin).transpose(1, 2);   // (B, H, T, D)
+  const auto k = ops::rotary(heads(project(k_proj, x), KV), cos, sin).transpose(1, 2);  // (B, KV, T, D)
+  const auto v = heads(project(v_proj, x), KV).transpose(1, 2);
   if (cache) {  // a prefill: positions [0, T) of every row
     cache->k.narrow(2, 0, T).copy_(k);
     cache->v.narrow(2, 0, T).copy_(v);
   }
-  if (KV != H) {  // each key and value head serves H / KV query heads in a row
-    k = k.repeat_interleave(H / KV, 1);
-    v = v.repeat_interleave(H / KV, 1);
-  }
   const auto y = ops::attention(q, k, v, is_training() ? cfg.dropout() : 0.0, mask);  // (B, H, T, D)
   return project(o_proj, y.transpose(1, 2).reshape({B, T, H * D}));
-}
-
-torch::Tensor LlamaAttentionImpl::decode(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                                         const LayerCache& cache) {
-  const int64_t B = x.size(0), D = cfg.resolved_head_dim(), H = cfg.n_head(), KV = cfg.n_kv_head();
-  const auto heads = [&](const torch::Tensor& t, int64_t n) { return t.view({B, n, 1, D}); };  // T = 1
-  const auto q = rotate(heads(project(q_proj, x), H), cos, sin);
-  const auto k = rotate(heads(project(k_proj, x), KV), cos, sin);
-  // The kernel's one input: the row's [q | k | v].
-  const auto qkv = torch::cat({q.reshape({B, H * D}), k.reshape({B, KV * D}), project(v_proj, x).view({B, KV * D})}, 1);
-  const auto y = ops::decode_attention(qkv, cache.k, cache.v, cache.positions, cfg.sliding_window());
-  return project(o_proj, y.view({B, 1, H * D}));
 }
 
 LlamaMLPImpl::LlamaMLPImpl(LlamaConfig cfg_) : cfg(std::move(cfg_)) { reset(); }
@@ -167,10 +141,23 @@ torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const torch
   return h + mlp->forward(normed);
 }
 
-torch::Tensor LlamaDecoderLayerImpl::decode(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                                            const LayerCache& cache) {
-  const auto h = x + self_attn->decode(input_layernorm->forward(x), cos, sin, cache);
-  return h + mlp->forward(post_attention_layernorm->forward(h));
+std::pair<torch::Tensor, torch::Tensor> LlamaDecoderLayerImpl::decode(const torch::Tensor& x,
+                                                                      const torch::Tensor& delta,
+                                                                      const torch::Tensor& inv_freq,
+                                                                      const LayerCache& cache) {
+  const int64_t B = x.size(0), H = cfg.n_head() * cfg.resolved_head_dim();
+  const auto& sa = *self_attn;
+  const auto& ff = *mlp;
+  const auto bias = [](const torch::nn::Linear& l) { return l->options.bias() ? l->bias : torch::Tensor(); };
+  const auto [in, qkv] = ops::rms_norm_linear(x, delta, input_layernorm->weight, input_layernorm->eps,
+                                              {sa.q_proj->weight, sa.k_proj->weight, sa.v_proj->weight},
+                                              {bias(sa.q_proj), bias(sa.k_proj), bias(sa.v_proj)}, /*swiglu=*/false);
+  const auto y =
+      ops::decode_attention(qkv.view({B, -1}), cache.k, cache.v, cache.positions, cfg.sliding_window(), inv_freq);
+  const auto [h, act] = ops::rms_norm_linear(in, project(sa.o_proj, y.view({B, 1, H})),
+                                             post_attention_layernorm->weight, post_attention_layernorm->eps,
+                                             {ff.gate_proj->weight, ff.up_proj->weight}, {}, /*swiglu=*/true);
+  return {h, project(ff.down_proj, act)};
 }
 
 LlamaModelImpl::LlamaModelImpl(LlamaConfig cfg_) : cfg(std::move(cfg_)) {
@@ -191,11 +178,9 @@ torch::Tensor LlamaModelImpl::forward(const torch::Tensor& idx, const torch::Ten
   auto x =
       embed_tokens->weight.index_select(0, idx.is_cuda() ? idx.clamp(0, cfg.vocab_size() - 1).flatten() : idx.flatten())
           .view({idx.size(0), idx.size(1), cfg.hidden_size()});
-  const auto positions =
-      position_ids.defined()
-          ? position_ids
-          : torch::arange(idx.size(1), idx.options()).unsqueeze(0).expand({idx.size(0), idx.size(1)});
-  const auto [cos, sin] = rope_tables(cfg, positions, x.scalar_type());
+  // Rows that all start at 0 share one row of tables.
+  const auto positions = position_ids.defined() ? position_ids : torch::arange(idx.size(1), idx.options()).unsqueeze(0);
+  const auto [cos, sin] = ops::rotary_tables(positions, frequencies(idx.device()));  // (B or 1, T, D / 2)
   const auto mask = attention_mask(cfg, idx, position_ids);
   for (size_t l = 0; l < layers->size(); ++l) {
     LayerCache layer;
@@ -207,11 +192,17 @@ torch::Tensor LlamaModelImpl::forward(const torch::Tensor& idx, const torch::Ten
 
 torch::Tensor LlamaModelImpl::decode(const torch::Tensor& idx, const torch::Tensor& positions, KVCache& cache) {
   const int64_t B = idx.size(0);
-  auto x = embed_tokens->weight.index_select(0, idx).view({B, 1, cfg.hidden_size()});  // sampled: in range
-  const auto [cos, sin] = rope_tables(cfg, positions.view({B, 1}), x.scalar_type());   // (B, 1, 1, D)
+  torch::Tensor x = embed_tokens->weight.index_select(0, idx).view({B, 1, cfg.hidden_size()}), delta;  // in range
+  const auto& inv = frequencies(idx.device());
   for (size_t l = 0; l < layers->size(); ++l)
-    x = layers[l]->as<LlamaDecoderLayerImpl>()->decode(x, cos, sin, {cache.k[l], cache.v[l], positions});
-  return norm->forward(x);
+    std::tie(x, delta) =
+        layers[l]->as<LlamaDecoderLayerImpl>()->decode(x, delta, inv, {cache.k[l], cache.v[l], positions});
+  return ops::add_rms_norm(x, delta, norm->weight, norm->eps).second;
+}
+
+const torch::Tensor& LlamaModelImpl::frequencies(const torch::Device& device) {
+  if (!inv_freq.defined() || inv_freq.device() != device) inv_freq = rope_frequencies(cfg, device);
+  return inv_freq;
 }
 
 LlamaImpl::LlamaImpl(LlamaConfig cfg_) : cfg(std::move(cfg_)) { reset(); }  // the body validates cfg

@@ -1,4 +1,4 @@
-// ops::decode_attention's CUDA path.
+// ops::decode_attention's and ops::rotary's CUDA paths.
 #pragma once
 
 #include "cuda_common.h"
@@ -10,6 +10,12 @@ namespace llmtrain::ops::cuda {
 bool decode_attention_supported(const at::Tensor& qkv, const at::Tensor& k_cache, const at::Tensor& v_cache);
 /// ops::decode_attention on the kernel (arguments already checked for shapes, dtypes and devices).
 at::Tensor decode_attention(const at::Tensor& qkv, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                            const at::Tensor& positions, int64_t window);
+                            const at::Tensor& positions, int64_t window, const at::Tensor& inv_freq);
+
+/// True when the rotary kernel takes x: a CUDA tensor of float32, bf16 or fp16 whose head size it fits
+/// (kernels::rotary_fits).
+bool rotary_supported(const at::Tensor& x);
+/// ops::rotary on the kernel (an autograd function; the tables already checked).
+at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
 }  // namespace llmtrain::ops::cuda

@@ -30,6 +30,7 @@ constexpr Switch kSwitches[] = {
     {Kernel::kDecodeAttention, "decode_attention", true},
     {Kernel::kRmsNorm, "rms_norm", true},
     {Kernel::kSwiGLU, "swiglu", true},
+    {Kernel::kRotary, "rotary", true},
 };
 constexpr size_t kCount = sizeof kSwitches / sizeof kSwitches[0];
 static_assert(

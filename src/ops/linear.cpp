@@ -52,7 +52,9 @@ std::pair<at::Tensor, at::Tensor> norm_linear(const at::Tensor& x, const at::Ten
       ln_weight.size(0) == x.size(-1) && ln_bias.sizes() == ln_weight.sizes() &&
       (!delta.defined() || delta.sizes() == x.sizes())) {
     at::Tensor h, y;
-    if (cuda::gemv(x, delta, ln_weight, ln_bias, eps, weight, bias, gelu, h, y)) return {h, y};
+    if (cuda::gemv(x, delta, ln_weight, ln_bias, eps, {weight}, {bias},
+                   gelu ? kernels::GemvAct::kGelu : kernels::GemvAct::kNone, h, y))
+      return {h, y};
   }
 #endif
   auto [h, a] = add_layer_norm(x, delta, ln_weight, ln_bias, eps);
@@ -64,6 +66,39 @@ std::pair<at::Tensor, at::Tensor> norm_linear(const at::Tensor& x, const at::Ten
   }
 #endif
   return {h, ops::gelu(linear(a, weight, bias))};
+}
+
+std::pair<at::Tensor, at::Tensor> rms_norm_linear(const at::Tensor& x, const at::Tensor& delta,
+                                                  const at::Tensor& norm_weight, double eps, at::TensorList weights,
+                                                  at::TensorList biases, bool swiglu) {
+  LLMTRAIN_CHECK(!weights.empty() && weights.size() <= 3, "rms_norm_linear: takes 1 to 3 weights, got ",
+                 weights.size());
+  LLMTRAIN_CHECK(biases.empty() || biases.size() == weights.size(), "rms_norm_linear: ", weights.size(),
+                 " weights need as many biases (or none), got ", biases.size());
+  LLMTRAIN_CHECK(!swiglu || (weights.size() == 2 && weights[0].sizes() == weights[1].sizes()),
+                 "rms_norm_linear: SwiGLU takes two weights of one shape (gate, up)");
+  const auto bias = [&](size_t i) { return biases.empty() ? at::Tensor() : biases[i]; };
+  bool grad = x.requires_grad() || (delta.defined() && delta.requires_grad()) || norm_weight.requires_grad();
+  for (size_t i = 0; i < weights.size(); ++i) {
+    check_layer("rms_norm_linear", x, weights[i], bias(i));
+    grad = grad || weights[i].requires_grad() || (bias(i).defined() && bias(i).requires_grad());
+  }
+  LLMTRAIN_CHECK(!at::GradMode::is_enabled() || !grad,
+                 "rms_norm_linear has no backward; call it under torch::NoGradGuard");
+#if LLMTRAIN_WITH_CUDA
+  if (x.is_cuda() && !at::autocast::is_autocast_enabled(at::kCUDA) && cuda_kernel_enabled(Kernel::kGemv) &&
+      norm_weight.dim() == 1 && norm_weight.size(0) == x.size(-1) && (!delta.defined() || delta.sizes() == x.sizes())) {
+    at::Tensor h, y;
+    if (cuda::gemv(x, delta, norm_weight, {}, eps, weights, biases,
+                   swiglu ? kernels::GemvAct::kSwiGLU : kernels::GemvAct::kNone, h, y))
+      return {h, y};
+  }
+#endif
+  auto [h, a] = add_rms_norm(x, delta, norm_weight, eps);
+  if (swiglu) return {h, ops::swiglu(linear(a, weights[0], bias(0)), linear(a, weights[1], bias(1)))};
+  std::vector<at::Tensor> ys;
+  for (size_t i = 0; i < weights.size(); ++i) ys.push_back(linear(a, weights[i], bias(i)));
+  return {h, ys.size() == 1 ? ys[0] : at::cat(ys, -1)};
 }
 
 }  // namespace llmtrain::ops

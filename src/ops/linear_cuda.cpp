@@ -70,35 +70,55 @@ bool linear_gelu_forward(const at::Tensor& x, const at::Tensor& weight, const at
 }
 
 bool gemv(const at::Tensor& x, const at::Tensor& delta, const at::Tensor& ln_weight, const at::Tensor& ln_bias,
-          double eps, const at::Tensor& weight, const at::Tensor& bias, bool gelu, at::Tensor& sum, at::Tensor& y) {
-  const int64_t K = weight.size(1), N = weight.size(0), M = x.numel() / std::max<int64_t>(K, 1);
+          double eps, at::TensorList weights, at::TensorList biases, kernels::GemvAct act, at::Tensor& sum,
+          at::Tensor& y) {
+  const int64_t parts = int64_t(weights.size());
+  if (parts < 1 || parts > kernels::kGemvMaxParts || !(biases.empty() || int64_t(biases.size()) == parts)) return false;
+  const int64_t K = weights[0].size(1), M = x.numel() / std::max<int64_t>(K, 1);
   const auto t = x.scalar_type();
   if (!(t == at::kFloat || t == at::kBFloat16 || t == at::kHalf) || !kernels::gemv_fits(kernel_dtype(x, "gemv"), M, K))
     return false;
-  for (const at::Tensor* o : {&x, &delta, &ln_weight, &ln_bias, &weight, &bias})
-    if (o->defined() && (!o->is_cuda() || o->scalar_type() != t || o->device() != x.device())) return false;
-  const at::Tensor xp = packed(x), dp = delta.defined() ? packed(delta) : at::Tensor(), wp = packed(weight);
+  const auto usable = [&](const at::Tensor& o) {
+    return !o.defined() || (o.is_cuda() && o.scalar_type() == t && o.device() == x.device());
+  };
+  for (const at::Tensor* o : {&x, &delta, &ln_weight, &ln_bias})
+    if (!usable(*o)) return false;
+  for (const at::Tensor& o : weights)
+    if (!usable(o) || !o.defined() || o.size(1) != K) return false;
+  for (const at::Tensor& o : biases)
+    if (!usable(o)) return false;
+  kernels::GemvArgs a;
+  std::vector<at::Tensor> held;  // the packed operands, alive until the launch
+  int64_t N = 0;
+  a.parts = int(parts);
+  for (int64_t i = 0; i < parts; ++i) {
+    held.push_back(packed(weights[i]));
+    a.w[i] = held.back().data_ptr();
+    a.n[i] = weights[i].size(0);
+    N += a.n[i];
+    if (!biases.empty() && biases[i].defined()) {
+      held.push_back(biases[i].contiguous());
+      a.bias[i] = held.back().data_ptr();
+    }
+  }
+  if (act == kernels::GemvAct::kSwiGLU) N = a.n[0];
+  const at::Tensor xp = packed(x), dp = delta.defined() ? packed(delta) : at::Tensor();
   auto sizes = x.sizes().vec();
   sizes.back() = N;
   y = at::empty(sizes, x.options());
   sum = delta.defined() ? at::empty_like(xp) : x;
-  kernels::GemvArgs a;
   a.M = M;
-  a.N = N;
   a.K = K;
   a.dtype = kernel_dtype(x, "gemv");
   a.x = xp.data_ptr();
   a.delta = dp.defined() ? dp.data_ptr() : nullptr;
   a.sum = dp.defined() ? sum.data_ptr() : nullptr;
   const at::Tensor gw = ln_weight.defined() ? ln_weight.contiguous() : at::Tensor(),
-                   gb = ln_bias.defined() ? ln_bias.contiguous() : at::Tensor(),
-                   b = bias.defined() ? bias.contiguous() : at::Tensor();
+                   gb = ln_bias.defined() ? ln_bias.contiguous() : at::Tensor();
   a.ln_weight = gw.defined() ? gw.data_ptr() : nullptr;
   a.ln_bias = gb.defined() ? gb.data_ptr() : nullptr;
   a.eps = float(eps);
-  a.w = wp.data_ptr();
-  a.bias = b.defined() ? b.data_ptr() : nullptr;
-  a.gelu = gelu;
+  a.act = act;
   a.y = y.data_ptr();
   LLMTRAIN_CUDA_CHECK(kernels::launch_gemv(a, at::cuda::getCurrentCUDAStream()));
   return true;
@@ -145,7 +165,9 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
   // ATen's addmm adds it in a pass of its own for a single row, the decode step's shape at batch 1.
   if (!at::GradMode::is_enabled() || !(x.requires_grad() || weight.requires_grad() || bias.requires_grad())) {
     at::Tensor y, x_again;
-    if (cuda_kernel_enabled(Kernel::kGemv) && gemv(x, {}, {}, {}, 0.0, weight, bias, false, x_again, y)) return y;
+    if (cuda_kernel_enabled(Kernel::kGemv) &&
+        gemv(x, {}, {}, {}, 0.0, {weight}, {bias}, kernels::GemvAct::kNone, x_again, y))
+      return y;
     if (forward_product(packed(x), packed(weight), packed(bias), kernels::Epilogue::kBias, y)) return y;
   }
   return LinearFn::apply(x, weight, bias);

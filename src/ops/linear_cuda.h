@@ -3,6 +3,7 @@
 #pragma once
 
 #include "cuda_common.h"
+#include "kernels/gemv.cuh"
 
 namespace llmtrain::ops::cuda {
 
@@ -18,12 +19,15 @@ void linear_weight_grads(const at::Tensor& x, const at::Tensor& dy, at::Tensor& 
 /// scratch tensor); false when cuBLASLt has no algorithm.
 bool linear_gelu_forward(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, at::Tensor& y);
 
-/// y (..., N) = act(in W^T + b) on the few-row kernel (kernels/gemv.cuh), in = x or, given ln_weight
-/// and ln_bias, layer_norm(x + delta) (delta and bias may be undefined); sum = x + delta (x itself
-/// without delta). False, launching nothing, when the kernel does not take them: more than
-/// kernels::kGemvMaxRows rows, a row width it cannot fit, tensors not all CUDA of one dtype.
+/// y (..., N) = act(in W^T + b) on the few-row kernel (kernels/gemv.cuh), in = x or, given ln_weight,
+/// layer_norm(x + delta) with ln_bias or rms_norm(x + delta) without (delta may be undefined); the
+/// weights read as one, their products side by side (kSwiGLU: gate and up, y = silu(gate) * up);
+/// biases empty or one per weight, any undefined; sum = x + delta (x itself without delta). False,
+/// launching nothing, when the kernel does not take them: more than kernels::kGemvMaxRows rows, a row
+/// width it cannot fit, tensors not all CUDA of one dtype.
 bool gemv(const at::Tensor& x, const at::Tensor& delta, const at::Tensor& ln_weight, const at::Tensor& ln_bias,
-          double eps, const at::Tensor& weight, const at::Tensor& bias, bool gelu, at::Tensor& sum, at::Tensor& y);
+          double eps, at::TensorList weights, at::TensorList biases, kernels::GemvAct act, at::Tensor& sum,
+          at::Tensor& y);
 
 /// True when the cuBLASLt products take this layer: CUDA tensors of one dtype (float32, bf16, fp16),
 /// the weight's both sizes multiples of 8. Both ops::linear's and ops::mlp's layers.

@@ -233,7 +233,7 @@ TEST(OpsDispatch, OneOpsKernelTurnsOffByName) {
   EXPECT_EQ(ops::cuda_kernel_enabled("layer_norm"), ops::cuda_kernels_enabled());
   ops::set_cuda_kernel_enabled("gelu", true);
   ops::set_cuda_kernel_enabled("mlp", false);
-  EXPECT_EQ(ops::cuda_kernel_names().size(), 11u);
+  EXPECT_EQ(ops::cuda_kernel_names().size(), 12u);
   llmtrain::testing::expect_error([] { ops::set_cuda_kernel_enabled("softmax", false); },
                                   {"\"softmax\"", "layer_norm", "cross_entropy"});
 }
@@ -330,6 +330,27 @@ TEST(OpsAttention, DocumentMaskKeepsEachDocumentToItself) {
   expect_gradients_match([&] { return (ops::attention(q, k, v, 0.0, mask) * r).sum(); }, {q, k, v}, {"q", "k", "v"});
   llmtrain::testing::expect_error([&] { ops::attention(q, k, v, 0.0, mask.to(torch::kFloat)); },
                                   {"mask must be (1, 1, 10, 10) bool"});
+}
+
+// Grouped-query attention: KV heads of keys and values, each serving H / KV query heads in a row, as
+// transformers' repeat_kv lays them out; causal and document-masked, with their gradients.
+TEST(OpsAttention, GroupedHeadsAreTheRepeatedHeads) {
+  const auto q = torch::randn({2, 6, 9, 4}, kF64).requires_grad_();
+  const auto k = torch::randn({2, 2, 9, 4}, kF64).requires_grad_(),
+             v = torch::randn({2, 2, 9, 4}, kF64).requires_grad_();
+  const auto rep = [](const torch::Tensor& t) { return t.repeat_interleave(3, 1); };
+  EXPECT_LT(max_abs_diff(ops::attention(q, k, v), attention_formula(q, rep(k), rep(v))), 1e-12);
+  const auto mask =
+      ops::document_mask(torch::tensor({0, 1, 2, 0, 1, 2, 3, 0, 1}, torch::kLong).view({1, 9}).expand({2, 9}));
+  EXPECT_LT(max_abs_diff(ops::attention(q, k, v, 0.0, mask), ops::attention(q, rep(k), rep(v), 0.0, mask)), 1e-12);
+  const auto r = torch::randn({2, 6, 9, 4}, kF64);
+  expect_gradients_match([&] { return (ops::attention(q, k, v) * r).sum(); }, {q, k, v}, {"q", "k", "v"});
+  expect_gradients_match([&] { return (ops::attention(q, k, v, 0.0, mask) * r).sum(); }, {q, k, v}, {"q", "k", "v"});
+  llmtrain::testing::expect_error(
+      [&] {
+        ops::attention(q, torch::randn({2, 4, 9, 4}, kF64), v);
+      },
+      {"KV dividing q's 6 heads", "[2, 4, 9, 4]"});
 }
 
 TEST(OpsAttention, RejectsBadShapes) {

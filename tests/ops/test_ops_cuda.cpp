@@ -506,6 +506,59 @@ TEST(OpsSwiGLU, KernelsMatchReference_CUDA) {
     }
 }
 
+TEST(OpsRotary, KernelsMatchReference_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  struct Case {
+    torch::Dtype dtype;
+    int64_t B, T, heads, D;
+    bool per_row;  // tables (B, T, D / 2), else (1, T, D / 2)
+  };
+  for (const auto& c : std::vector<Case>{{torch::kBFloat16, 2, 37, 32, 64, false},  // Llama-3.2-1B's heads
+                                         {torch::kBFloat16, 3, 5, 8, 128, true},
+                                         {torch::kHalf, 1, 129, 3, 16, false},
+                                         {torch::kFloat, 2, 17, 7, 64, true},
+                                         {torch::kFloat, 1, 1, 1, 8, false},
+                                         {torch::kBFloat16, 2, 9, 2, 12, true}}) {  // D / 2 not a pack: ATen
+    SCOPED_TRACE(testing::Message() << c.dtype << " B " << c.B << " T " << c.T << " heads " << c.heads << " D " << c.D
+                                    << (c.per_row ? " per row" : " shared"));
+    const auto x = torch::randn({c.B, c.T, c.heads, c.D}, torch::kDouble).to(c.dtype);
+    const auto dy = torch::randn(x.sizes(), torch::kDouble).to(c.dtype);
+    const auto inv = 1.0 / torch::pow(10000.0, torch::arange(0, c.D, 2, torch::kFloat) / double(c.D));
+    const auto positions = c.per_row ? torch::randint(4096, {c.B, c.T}, torch::kLong)
+                                     : torch::arange(c.T, torch::kLong).unsqueeze(0) + 1000;
+    const auto [cos, sin] = ops::rotary_tables(positions, inv);
+    ASSERT_EQ(cos.sizes(), (std::vector<int64_t>{c.per_row ? c.B : 1, c.T, c.D / 2}));
+    auto rx = x.to(torch::kDouble).requires_grad_();
+    const auto ry = ops::rotary(rx, cos, sin);
+    ry.backward(dy.to(torch::kDouble));
+    // The float64 reference from first principles: pair (i, i + D / 2) turned by the angle.
+    const auto halves = x.to(torch::kDouble).chunk(2, -1);
+    const auto cd = cos.to(torch::kDouble).unsqueeze(2), sd = sin.to(torch::kDouble).unsqueeze(2);
+    const auto want = torch::cat({halves[0] * cd - halves[1] * sd, halves[1] * cd + halves[0] * sd}, -1);
+    EXPECT_LT((ry.detach() - want).abs().max().item<double>(), 1e-12);
+    for (const int64_t offset : {0, 1}) {  // 1: one element into the storage, unaligned
+      const auto store = torch::zeros({x.numel() + offset}, torch::TensorOptions().dtype(c.dtype).device(torch::kCUDA));
+      store.narrow(0, offset, x.numel()).copy_(x.flatten());
+      auto gx = store.narrow(0, offset, x.numel()).view(x.sizes()).detach().requires_grad_();
+      const auto gy = ops::rotary(gx, cos.cuda(), sin.cuda());
+      ASSERT_EQ(gy.scalar_type(), c.dtype);
+      gy.backward(dy.cuda());
+      const double tol = c.dtype == torch::kFloat ? 2e-6 : tolerance(c.dtype);
+      expect_near(gy, want, tol, "y");
+      expect_near(gx.grad(), rx.grad(), tol, "dx");
+    }
+  }
+  // Rotating back undoes the rotation: the backward is the inverse.
+  const auto x = torch::randn({2, 64, 4, 64}, torch::TensorOptions().device(torch::kCUDA)).requires_grad_();
+  const auto [cos, sin] =
+      ops::rotary_tables(torch::arange(64, torch::kLong).unsqueeze(0).cuda(), torch::rand({32}, torch::kFloat).cuda());
+  const auto y = ops::rotary(x, cos, sin);
+  y.backward(y.detach());
+  expect_near(x.grad(), x.detach().to(torch::kCPU, torch::kDouble), 1e-6, "R^T R x");
+  EXPECT_THROW(ops::rotary(x, cos.to(torch::kBFloat16), sin), llmtrain::Error);
+  EXPECT_THROW(ops::rotary(x, cos.narrow(1, 0, 63), sin), llmtrain::Error);
+}
+
 TEST(OpsEmbedding, KernelsMatchReferenceAndAreReproducible_CUDA) {
   LLMTRAIN_SKIP_WITHOUT_CUDA();
   for (const auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf})
@@ -623,13 +676,22 @@ TEST(OpsDecodeAttention, KernelMatchesReference_CUDA) {
     auto pos = torch::randint(c.S, {c.B}, torch::kLong);
     pos[0] = c.S - 1;
     if (c.B > 1) pos[1] = 0;
-    auto kr = k0.to(torch::kDouble), vr = v0.to(torch::kDouble);
-    const auto want = ops::decode_attention(qkv.to(torch::kDouble), kr, vr, pos, c.window);
-    auto kg = k0.cuda(), vg = v0.cuda();
-    const auto got = ops::decode_attention(qkv.cuda(), kg, vg, pos.cuda(), c.window);
-    expect_near(got, want, tolerance(c.dtype), "out");
-    EXPECT_TRUE(torch::equal(kg.cpu(), kr.to(c.dtype))) << "k cache";
-    EXPECT_TRUE(torch::equal(vg.cpu(), vr.to(c.dtype))) << "v cache";
+    for (const bool rotated : {false, true}) {  // true: q and the new k turned by inv_freq (the Llama family)
+      SCOPED_TRACE(rotated ? "rotated" : "as given");
+      const auto inv =
+          rotated ? 1.0 / torch::pow(500000.0, torch::arange(0, c.D, 2, torch::kFloat) / double(c.D)) : torch::Tensor();
+      auto kr = k0.to(torch::kDouble), vr = v0.to(torch::kDouble);
+      const auto want = ops::decode_attention(qkv.to(torch::kDouble), kr, vr, pos, c.window, inv);
+      auto kg = k0.cuda(), vg = v0.cuda();
+      const auto got = ops::decode_attention(qkv.cuda(), kg, vg, pos.cuda(), c.window, rotated ? inv.cuda() : inv);
+      expect_near(got, want, tolerance(c.dtype), "out");
+      if (rotated) {  // the kernel turns the stored key in float32, the reference in float64: a rounding apart
+        expect_near(kg, kr, tolerance(c.dtype), "k cache");
+      } else {
+        EXPECT_TRUE(torch::equal(kg.cpu(), kr.to(c.dtype))) << "k cache";
+      }
+      EXPECT_TRUE(torch::equal(vg.cpu(), vr.to(c.dtype))) << "v cache";
+    }
   }
   // A position outside the cache: its row is NaN and nothing is written.
   const auto qkv = torch::randn({2, 3 * 128}).to(torch::kBFloat16).cuda();
@@ -763,6 +825,54 @@ TEST(OpsNormLinear, FewRowKernelMatchesReference_CUDA) {
   ops::set_cuda_kernel_enabled("gemv", true);
   const auto on = ops::norm_linear(x, x, g, c, 1e-5, w, {}, false).second;
   expect_near(on, off.to(torch::kCPU, torch::kDouble), tolerance(torch::kBFloat16), "kernel against cuBLASLt");
+}
+
+TEST(OpsRmsNormLinear, FewRowKernelMatchesReference_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  torch::NoGradGuard no_grad;
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf})
+    for (int64_t rows : {1, 3, 4, 5})  // 5: past the kernel, the reference path
+      for (const int variant : {0, 1, 2, 3}) {
+        // 0: one weight, no delta; 1: q, k, v with biases (Qwen2) and a delta; 2: q, k, v without biases,
+        // some parts' rows odd; 3: SwiGLU's gate and up with a delta.
+        SCOPED_TRACE(testing::Message() << dtype << " rows " << rows << " variant " << variant);
+        const int64_t in = variant == 3 ? 2048 : 896;
+        const std::vector<int64_t> outs = variant == 0   ? std::vector<int64_t>{40}
+                                          : variant == 1 ? std::vector<int64_t>{896, 128, 128}
+                                          : variant == 2 ? std::vector<int64_t>{64, 7, 33}
+                                                         : std::vector<int64_t>{5000, 5000};
+        const auto make = [&](std::vector<int64_t> shape, double scale, double shift = 0) {
+          return (shift + scale * torch::randn(shape, torch::kDouble)).to(dtype);
+        };
+        const auto x = make({rows, 1, in}, 1.0), d = make({rows, 1, in}, 1.0), g = make({in}, 0.1, 1.0);
+        std::vector<torch::Tensor> w, b, rw, rb, gw, gb;
+        for (const int64_t out : outs) {
+          w.push_back(make({out, in}, 1.0 / std::sqrt(double(in))));
+          b.push_back(variant == 1 ? make({out}, 0.5) : torch::Tensor());
+        }
+        for (size_t i = 0; i < w.size(); ++i) {
+          rw.push_back(w[i].to(torch::kDouble));
+          rb.push_back(b[i].defined() ? b[i].to(torch::kDouble) : b[i]);
+          gw.push_back(w[i].cuda());
+          gb.push_back(b[i].defined() ? b[i].cuda() : b[i]);
+        }
+        const bool delta = variant == 1 || variant == 3, swiglu = variant == 3;
+        const auto h = delta ? (x + d) : x;  // summed in the dtype, as the kernel stores it
+        const auto [rh, ry] =
+            ops::rms_norm_linear(h.to(torch::kDouble), {}, g.to(torch::kDouble), 1e-5, rw, rb, swiglu);
+        const auto [gh, gy] =
+            ops::rms_norm_linear(x.cuda(), delta ? d.cuda() : torch::Tensor(), g.cuda(), 1e-5, gw, gb, swiglu);
+        ASSERT_EQ(gy.scalar_type(), dtype);
+        const int64_t width = swiglu ? outs[0] : outs[0] + (outs.size() > 1 ? outs[1] + outs[2] : 0);
+        EXPECT_EQ(gy.sizes(), (std::vector<int64_t>{rows, 1, width}));
+        EXPECT_TRUE(torch::equal(gh.cpu(), h)) << "h = x + delta as stored";
+        expect_near(gy, ry, product_tolerance(dtype), "y");
+      }
+  const auto x = torch::randn({1, 64}).cuda();
+  EXPECT_THROW(ops::rms_norm_linear(x, {}, torch::ones({64}).cuda(), 1e-5, {torch::randn({8, 64}).cuda()}, {}, true),
+               llmtrain::Error);
+  EXPECT_THROW(ops::rms_norm_linear(x, {}, torch::ones({64}).cuda(), 1e-5, {torch::randn({8, 32}).cuda()}, {}, false),
+               llmtrain::Error);
 }
 
 TEST(OpsLinear, AutocastCastsLikeATen_CUDA) {

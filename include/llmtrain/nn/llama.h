@@ -35,9 +35,9 @@ class RMSNormImpl : public torch::nn::Cloneable<RMSNormImpl> {
 };
 TORCH_MODULE(RMSNorm);
 
-/// Rotary embedding tables for positions (B, T) int64: {cos, sin}, each (B, 1, T, D) in `dtype`.
-std::pair<torch::Tensor, torch::Tensor> rope_tables(const LlamaConfig& cfg, const torch::Tensor& positions,
-                                                    torch::ScalarType dtype);
+/// The rotary frequencies of head_dim / 2 channel pairs, (D / 2) float32 on `device`, as transformers
+/// derives them from rope_theta and the rope scaling (ops::rotary_tables turns them into angles).
+torch::Tensor rope_frequencies(const LlamaConfig& cfg, const torch::Device& device);
 
 /// Attention with rotary positions and grouped-query heads: q_proj (C -> H D), k_proj and v_proj
 /// (C -> KV D), attention (causal; or `mask`, (B or 1, 1, T, T) bool, true where a query may see a key),
@@ -46,14 +46,11 @@ class LlamaAttentionImpl : public torch::nn::Cloneable<LlamaAttentionImpl> {
  public:
   explicit LlamaAttentionImpl(LlamaConfig cfg);
   void reset() override;
-  /// `cache`: a prefill's, where the rotated keys and the values of positions [0, T) are stored.
+  /// cos and sin: ops::rotary_tables of the tokens' positions, (B or 1, T, D / 2). `cache`: a
+  /// prefill's, where the rotated keys and the values of positions [0, T) are stored.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& mask = {},
                         const LayerCache* cache = nullptr);  // (B, T, C) -> (B, T, C)
-  /// A decode step (B, 1, C) -> (B, 1, C): cos and sin (B, 1, 1, D) at cache.positions, the row's new
-  /// key and value stored there, attention over the row's cached positions (within the sliding window).
-  torch::Tensor decode(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                       const LayerCache& cache);
 
   LlamaConfig cfg;
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
@@ -79,8 +76,13 @@ class LlamaDecoderLayerImpl : public torch::nn::Cloneable<LlamaDecoderLayerImpl>
   void reset() override;
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& mask = {}, const LayerCache* cache = nullptr);
-  torch::Tensor decode(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                       const LayerCache& cache);  // LlamaAttention::decode's step through the layer
+  /// A decode step, the residual stream kept as {x, delta} (their sum is the layer's input; delta
+  /// undefined: x alone) so that each add and norm folds into the product after it
+  /// (ops::rms_norm_linear): five launches a layer on CUDA at small batches. The row's new key
+  /// (rotated by inv_freq at cache.positions) and value are stored there and attention runs over the
+  /// row's cached positions (within the sliding window). Returns the layer's output as {h, delta}.
+  std::pair<torch::Tensor, torch::Tensor> decode(const torch::Tensor& x, const torch::Tensor& delta,
+                                                 const torch::Tensor& inv_freq, const LayerCache& cache);
 
   LlamaConfig cfg;
   LlamaAttention self_attn{nullptr};
@@ -107,6 +109,10 @@ class LlamaModelImpl : public torch::nn::Cloneable<LlamaModelImpl> {
   torch::nn::ModuleList layers{nullptr};
   RMSNorm norm{nullptr};
   ops::IdCheck ids{"Llama"};
+
+ private:
+  torch::Tensor inv_freq;  // rope_frequencies on the device last used (not a parameter or buffer)
+  const torch::Tensor& frequencies(const torch::Device& device);
 };
 TORCH_MODULE(LlamaModel);
 

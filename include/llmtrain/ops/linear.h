@@ -32,4 +32,19 @@ std::pair<at::Tensor, at::Tensor> norm_linear(const at::Tensor& x,          // (
                                               const at::Tensor& bias,    // (out) or undefined
                                               bool gelu);
 
+/// norm_linear as the Llama family's decode step needs it (no backward): {h, y} with h = x + delta
+/// (delta undefined: h = x), n = rms_norm(h, norm_weight, eps) and y the products of n with up to three
+/// weights side by side, [n W0^T + b0 | n W1^T + b1 | ...] (a layer's separate q, k and v projections
+/// as one), or with `swiglu` (two weights of one shape, gate and up) y = silu(n W0^T + b0) * (n W1^T + b1).
+/// biases is empty or holds one per weight, any undefined. On CUDA with at most four rows it is one
+/// kernel; elsewhere ops::add_rms_norm, ops::linear and ops::swiglu.
+///   auto [h, qkv] = llmtrain::ops::rms_norm_linear(x, delta, norm->weight, 1e-5, {q_w, k_w, v_w}, {}, false);
+std::pair<at::Tensor, at::Tensor> rms_norm_linear(const at::Tensor& x,            // (..., in)
+                                                  const at::Tensor& delta,        // x's shape, or undefined
+                                                  const at::Tensor& norm_weight,  // (in)
+                                                  double eps,
+                                                  at::TensorList weights,  // (out_i, in) each
+                                                  at::TensorList biases,   // (out_i) each, or empty
+                                                  bool swiglu);
+
 }  // namespace llmtrain::ops
