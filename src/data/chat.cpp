@@ -42,8 +42,21 @@ std::vector<ChatPiece> render_chat(ChatFormat format, const std::vector<ChatMess
   Pieces p;
   switch (format) {
     case ChatFormat::kLlama3:
+    case ChatFormat::kLlama31: {
       p.special("<|begin_of_text|>");
-      for (size_t i = 0; i < messages.size(); ++i) {
+      size_t first = 0;
+      if (format == ChatFormat::kLlama31) {  // the system turn, always; the system message's content in it
+        p.special("<|start_header_id|>");
+        p.text("system");
+        p.special("<|end_header_id|>");
+        p.text("\n\nCutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n");
+        if (!messages.empty() && messages[0].role == "system") {
+          p.text(trimmed(messages[0].content));
+          first = 1;
+        }
+        p.special(chat_turn_end(format));
+      }
+      for (size_t i = first; i < messages.size(); ++i) {
         const ChatMessage& m = messages[i];
         check_role(m, i, "llama3", where);
         const bool a = m.role == "assistant";
@@ -61,7 +74,16 @@ std::vector<ChatPiece> render_chat(ChatFormat format, const std::vector<ChatMess
         p.text("\n\n");
       }
       break;
+    }
     case ChatFormat::kChatML:
+    case ChatFormat::kQwen25:
+    case ChatFormat::kSmolLM2:
+      if (*chat_default_system(format) != '\0' && !messages.empty() && messages[0].role != "system") {
+        p.special("<|im_start|>");
+        p.text(std::string("system\n") + chat_default_system(format));
+        p.special(chat_turn_end(format));
+        p.text("\n");
+      }
       for (size_t i = 0; i < messages.size(); ++i) {
         const ChatMessage& m = messages[i];
         check_role(m, i, "chatml", where);
@@ -107,13 +129,24 @@ std::vector<ChatPiece> render_chat(ChatFormat format, const std::vector<ChatMess
 
 const char* chat_turn_end(ChatFormat format) {
   switch (format) {
-    case ChatFormat::kLlama3: return "<|eot_id|>";
-    case ChatFormat::kChatML: return "<|im_end|>";
+    case ChatFormat::kLlama3:
+    case ChatFormat::kLlama31: return "<|eot_id|>";
+    case ChatFormat::kChatML:
+    case ChatFormat::kQwen25:
+    case ChatFormat::kSmolLM2: return "<|im_end|>";
     case ChatFormat::kMistral: return "</s>";
     case ChatFormat::kAuto: break;
   }
   LLMTRAIN_CHECK(false, "chat_turn_end needs a chat format, not auto");
   return "";
+}
+
+const char* chat_default_system(ChatFormat format) {
+  switch (format) {
+    case ChatFormat::kQwen25: return "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
+    case ChatFormat::kSmolLM2: return "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
+    default: return "";
+  }
 }
 
 std::string chat_text(const std::vector<ChatPiece>& pieces) {
@@ -135,8 +168,13 @@ void encode_chat(const tokenizer::Tokenizer& tok, const std::vector<ChatPiece>& 
 }
 
 std::optional<ChatFormat> detect_chat_format(std::string_view jinja) {
-  if (jinja.find("<|start_header_id|>") != std::string_view::npos) return ChatFormat::kLlama3;
-  if (jinja.find("<|im_start|>") != std::string_view::npos) return ChatFormat::kChatML;
+  const auto has = [&](std::string_view text) { return jinja.find(text) != std::string_view::npos; };
+  if (has("<|start_header_id|>")) return has("Cutting Knowledge Date") ? ChatFormat::kLlama31 : ChatFormat::kLlama3;
+  if (has("<|im_start|>")) {
+    for (const ChatFormat f : {ChatFormat::kQwen25, ChatFormat::kSmolLM2})
+      if (has(chat_default_system(f))) return f;
+    return ChatFormat::kChatML;
+  }
   if (jinja.find("[INST]") != std::string_view::npos) return ChatFormat::kMistral;
   return std::nullopt;
 }
@@ -144,15 +182,16 @@ std::optional<ChatFormat> detect_chat_format(std::string_view jinja) {
 ChatFormat chat_format_in(const std::string& dir) {
   const std::string path = dir + "/tokenizer_config.json";
   LLMTRAIN_CHECK(fs::exists(path), "chat format: ", dir, " holds no tokenizer_config.json to take chat_template ",
-                 "from; name the format (data.chat_template: llama3, chatml or mistral)");
+                 "from; name the format (data.chat_template: llama3, llama3.1, chatml, qwen2.5, smollm2 or mistral)");
   const Json config = json::parse_file(path, uint64_t(64) << 20);
   const Json* t = config.is_object() && config.contains("chat_template") ? &config["chat_template"] : nullptr;
   if (t && t->is_array())  // named templates: the default one
     for (const Json& named : *t)
       if (named.is_object() && named.value("name", "") == "default" && named.contains("template"))
         t = &named["template"];
-  LLMTRAIN_CHECK(t && t->is_string(), "chat format: ", path, " has no chat_template (a string, or a list with one ",
-                 "named default); name the format (data.chat_template: llama3, chatml or mistral)");
+  LLMTRAIN_CHECK(
+      t && t->is_string(), "chat format: ", path, " has no chat_template (a string, or a list with one ",
+      "named default); name the format (data.chat_template: llama3, llama3.1, chatml, qwen2.5, smollm2 or mistral)");
   const auto format = detect_chat_format(t->get<std::string>());
   LLMTRAIN_CHECK(format.has_value(), "chat format: the chat_template of ", path, " is none that llmtrain writes (",
                  "Llama 3's <|start_header_id|>, ChatML's <|im_start|>, Mistral's [INST]): ",

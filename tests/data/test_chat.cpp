@@ -81,8 +81,12 @@ TEST(Chat, RendersAsTransformersApplyChatTemplate) {
   const auto corpus = lt::sotu_files(data_dir);
   std::string files;
   for (size_t i = 0; i < corpus.size(); i += 8) files += " '" + corpus[i] + "'";
-  for (const auto& [format, kind] : std::vector<std::pair<ChatFormat, std::string>>{
-           {ChatFormat::kLlama3, "llama3"}, {ChatFormat::kChatML, "qwen2"}, {ChatFormat::kMistral, ""}}) {
+  for (const auto& [format, kind] : std::vector<std::pair<ChatFormat, std::string>>{{ChatFormat::kLlama3, "llama3"},
+                                                                                    {ChatFormat::kLlama31, "llama3"},
+                                                                                    {ChatFormat::kChatML, "qwen2"},
+                                                                                    {ChatFormat::kQwen25, "qwen2"},
+                                                                                    {ChatFormat::kSmolLM2, "qwen2"},
+                                                                                    {ChatFormat::kMistral, ""}}) {
     const std::string name = llmtrain::Choice<ChatFormat>(format).name();
     SCOPED_TRACE(name);
     lt::TempDir dir;
@@ -206,6 +210,14 @@ TEST(Chat, ContentIsTextAndBadConversationsAreRefusedByName) {
   EXPECT_EQ(data::detect_chat_format("{{ '<|im_start|>' + m.role }}"), ChatFormat::kChatML);
   EXPECT_EQ(data::detect_chat_format("{{ bos_token }}[INST] {{ m.content }} [/INST]"), ChatFormat::kMistral);
   EXPECT_EQ(data::detect_chat_format("{{ m.content }}"), std::nullopt);
+  // Llama 3.1's system header and the ChatML families' default system messages tell their variants.
+  EXPECT_EQ(data::detect_chat_format("<|start_header_id|>{{ 'Cutting Knowledge Date: December 2023' }}"),
+            ChatFormat::kLlama31);
+  EXPECT_EQ(data::detect_chat_format(R"({{ '<|im_start|>system\n' + 'You are Qwen, created by Alibaba Cloud. )"
+                                     R"(You are a helpful assistant.' }})"),
+            ChatFormat::kQwen25);
+  EXPECT_EQ(data::detect_chat_format(R"(<|im_start|>system\nYou are a helpful assistant.<|im_end|>)"),
+            ChatFormat::kChatML);
   lt::TempDir dir;
   lt::expect_error([&] { data::chat_format_in(dir.path); }, {dir.path, "no tokenizer_config.json", "chat_template"});
   std::ofstream(dir.path + "/tokenizer_config.json")

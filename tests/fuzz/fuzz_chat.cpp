@@ -11,8 +11,9 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using llmtrain::data::ChatFormat;
   if (size == 0) return 0;
-  const ChatFormat formats[] = {ChatFormat::kLlama3, ChatFormat::kChatML, ChatFormat::kMistral};
-  const ChatFormat format = formats[data[0] % 3];
+  const ChatFormat formats[] = {ChatFormat::kLlama3, ChatFormat::kLlama31, ChatFormat::kChatML,
+                                ChatFormat::kQwen25, ChatFormat::kSmolLM2, ChatFormat::kMistral};
+  const ChatFormat format = formats[(data[0] & 0x7f) % 6];
   const bool prompt = data[0] & 0x80;
   try {
     const auto j = llmtrain::json::parse(std::string(reinterpret_cast<const char*>(data + 1), size - 1), "messages");
@@ -28,7 +29,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     const auto pieces = llmtrain::data::render_chat(format, messages, prompt, "fuzz");
     const std::string text = llmtrain::data::chat_text(pieces);
-    if (format == ChatFormat::kLlama3) fuzz::require(text.rfind("<|begin_of_text|>", 0) == 0);
+    if (format == ChatFormat::kLlama3 || format == ChatFormat::kLlama31)
+      fuzz::require(text.rfind("<|begin_of_text|>", 0) == 0);
     if (format == ChatFormat::kMistral) fuzz::require(text.rfind("<s>", 0) == 0);
     size_t trained_ends = 0;
     for (size_t i = 0; i < pieces.size(); ++i) {

@@ -1,8 +1,8 @@
 """Test peer: transformers' apply_chat_template, for llmtrain's chat formats (llmtrain/data/chat.h).
 
 Usage:
-  chat_peer.py template FORMAT                 prints the Jinja chat template of FORMAT (llama3, chatml or
-                                               mistral) as this test writes it
+  chat_peer.py template FORMAT                 prints the Jinja chat template of FORMAT (llama3, llama3.1,
+                                               chatml, qwen2.5, smollm2 or mistral) as this test writes it
   chat_peer.py render FORMAT DIR CHATS OUT     for a JSON list of conversations, writes to OUT a list of
                                                {"text": apply_chat_template(tokenize=False), "prompt": the
                                                same with add_generation_prompt, and, where DIR holds a
@@ -17,6 +17,12 @@ import json
 import os
 import sys
 
+CHATML_TURNS = (
+    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' }}"
+    "{% if m['role'] == 'assistant' %}{% generation %}{{ m['content'] + '<|im_end|>' }}{% endgeneration %}"
+    "{% else %}{{ m['content'] + '<|im_end|>' }}{% endif %}{{ '\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+
 TEMPLATES = {
     "llama3": (
         "{{ '<|begin_of_text|>' }}{% for m in messages %}"
@@ -24,11 +30,26 @@ TEMPLATES = {
         "{% if m['role'] == 'assistant' %}{% generation %}{{ m['content'] | trim + '<|eot_id|>' }}{% endgeneration %}"
         "{% else %}{{ m['content'] | trim + '<|eot_id|>' }}{% endif %}{% endfor %}"
         "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"),
-    "chatml": (
-        "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' }}"
-        "{% if m['role'] == 'assistant' %}{% generation %}{{ m['content'] + '<|im_end|>' }}{% endgeneration %}"
-        "{% else %}{{ m['content'] + '<|im_end|>' }}{% endif %}{{ '\n' }}{% endfor %}"
-        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"),
+    "llama3.1": (
+        "{{ '<|begin_of_text|>' }}{% if messages[0]['role'] == 'system' %}"
+        "{% set system = messages[0]['content'] | trim %}{% set turns = messages[1:] %}"
+        "{% else %}{% set system = '' %}{% set turns = messages %}{% endif %}"
+        "{% if date_string is not defined %}{% set date_string = '26 Jul 2024' %}{% endif %}"
+        "{{ '<|start_header_id|>system<|end_header_id|>\n\n' + 'Cutting Knowledge Date: December 2023\n' }}"
+        "{{ 'Today Date: ' + date_string + '\n\n' + system + '<|eot_id|>' }}{% for m in turns %}"
+        "{{ '<|start_header_id|>' + m['role'] + '<|end_header_id|>\n\n' }}"
+        "{% if m['role'] == 'assistant' %}{% generation %}{{ m['content'] | trim + '<|eot_id|>' }}{% endgeneration %}"
+        "{% else %}{{ m['content'] | trim + '<|eot_id|>' }}{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"),
+    "chatml": CHATML_TURNS,
+    "qwen2.5": (
+        "{% if messages[0]['role'] != 'system' %}"
+        "{{ '<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n' }}"
+        "{% endif %}" + CHATML_TURNS),
+    "smollm2": (
+        "{% for m in messages %}{% if loop.first and m['role'] != 'system' %}"
+        "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}"
+        "{% endif %}{% endfor %}" + CHATML_TURNS),
     "mistral": (
         "{{ '<s>' }}{% if messages[0]['role'] == 'system' %}{% set system = messages[0]['content'] + '\n\n' %}"
         "{% set turns = messages[1:] %}{% else %}{% set system = '' %}{% set turns = messages %}{% endif %}"
