@@ -16,9 +16,14 @@ int main(int argc, char** argv) {
   llmtrain::data::PrepareOptions o;
   std::string kind = "gpt2", vocab_dir, model;
   app.add_option("inputs", o.inputs, "text files, JSONL files (*.jsonl) or folders of them");
-  app.add_option("--tokenizer", kind, "gpt2 or sentencepiece")->capture_default_str();
+  app.add_option("--tokenizer", kind, "gpt2, sentencepiece or hf (a Hugging Face tokenizer.json)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"gpt2", "sentencepiece", "hf"}));
   app.add_option("--vocab-dir", vocab_dir, "GPT-2 files (default: $LLMTRAIN_GPT2_DIR, else $LLMTRAIN_DATA_DIR/gpt2)");
-  app.add_option("--model", model, "SentencePiece .model file");
+  app.add_option("--model", model, "sentencepiece: the .model file; hf: the folder holding tokenizer.json");
+  app.add_flag("--bos", o.add_bos,
+               "start each document with the tokenizer's bos (<|begin_of_text|>, <s>), as the Llama family's "
+               "inputs start");
   app.add_option("--out", o.out_dir, "folder for train_NNNNNN.bin and val_NNNNNN.bin")->required();
   auto* frac = app.add_option("--val-fraction", o.val_fraction, "share of documents for val, picked by a seeded hash");
   app.add_option("--val-files", o.val_files, "files (or folders) whose documents go to val")->excludes(frac);

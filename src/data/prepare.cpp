@@ -220,6 +220,9 @@ PrepareSummary prepare_shards(const tokenizer::Tokenizer& tok, const PrepareOpti
                  " is outside [1, 2^31)");
   const auto eot = tok.eot_id();
   LLMTRAIN_CHECK(eot.has_value(), "prepare_data: the tokenizer has no end-of-text id to separate documents");
+  const auto bos = o.add_bos ? tok.bos_id() : std::nullopt;
+  LLMTRAIN_CHECK(!o.add_bos || bos.has_value(), "prepare_data: --bos, but the tokenizer has no bos to start ",
+                 "documents with (GPT-2's BPE has none: its documents are separated by the end-of-text alone)");
 
   // The output is swapped in whole once complete, so neither a failed run nor an earlier one leaves shards
   // that do not belong to this set; and it may not lie inside an input folder, whose files are read.
@@ -245,6 +248,7 @@ PrepareSummary prepare_shards(const tokenizer::Tokenizer& tok, const PrepareOpti
         for (size_t i; (i = next.fetch_add(1)) < batch.size();) {
           try {
             ids[i] = tok.encode(batch[i].text);
+            if (bos) ids[i].insert(ids[i].begin(), *bos);
             ids[i].push_back(*eot);
           } catch (const std::exception& e) {
             errors[i] = e.what();

@@ -136,6 +136,44 @@ TEST(Prepare, SeparatorLinesSplitTextFilesIntoDocuments) {
   EXPECT_EQ(read_shard(dir.path + "/out/train_000000.bin"), want);
 }
 
+// The Llama family's layout: each document starts with the tokenizer's bos and ends with its
+// end-of-text; a tokenizer without a bos is refused by name.
+TEST(Prepare, BosStartsEachDocumentWhereAsked) {
+  LLMTRAIN_REQUIRE_DATA_DIR(data);
+  // GPT-2's BPE lent a bos (id 50255), as a Llama tokenizer has one.
+  struct WithBos : llmtrain::tokenizer::Tokenizer {
+    std::unique_ptr<llmtrain::tokenizer::GPT2BPE> bpe;
+    std::vector<int32_t> encode(std::string_view text, bool allow_special) const override {
+      return bpe->encode(text, allow_special);
+    }
+    std::string decode(const std::vector<int32_t>& ids) const override { return bpe->decode(ids); }
+    int64_t vocab_size() const override { return bpe->vocab_size(); }
+    std::optional<int32_t> eot_id() const override { return bpe->eot_id(); }
+    std::optional<std::string> eot_text() const override { return bpe->eot_text(); }
+    std::optional<int32_t> bos_id() const override { return 50255; }
+  } tok;
+  tok.bpe = llmtrain::tokenizer::GPT2BPE::from_dir(data + "/gpt2");
+  TempDir dir;
+  std::ofstream(dir.path + "/docs") << "One.\n%\nTwo, three.\n%\n";
+  PrepareOptions o;
+  o.inputs = {dir.path + "/docs"};
+  o.out_dir = dir.path + "/out";
+  o.separator = "%";
+  o.add_bos = true;
+  const auto s = prepare_shards(tok, o);
+  std::vector<int64_t> want;
+  for (const char* doc : {"One.\n", "Two, three.\n"}) {
+    want.push_back(50255);
+    for (int32_t id : tok.encode(doc, false)) want.push_back(id);
+    want.push_back(50256);
+  }
+  EXPECT_EQ(read_shard(dir.path + "/out/train_000000.bin"), want);
+  EXPECT_EQ(s.train_tokens, int64_t(want.size()));
+  o.out_dir = dir.path + "/out2";
+  expect_error([&] { prepare_shards(*tok.bpe, o); }, {"--bos", "no bos"});
+  EXPECT_FALSE(llmtrain::fs::exists(o.out_dir));
+}
+
 TEST(Prepare, BadInputNamesTheFileAndLine) {
   LLMTRAIN_REQUIRE_DATA_DIR(data);
   const auto tok = llmtrain::tokenizer::GPT2BPE::from_dir(data + "/gpt2");

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "io/llmc_file.h"
+#include "llmtrain/data/shard.h"
 #include "llmtrain/infer/generate.h"
 #include "llmtrain/tokenizer/hf_tokenizer.h"
 #include "llmtrain/train/trainer.h"
@@ -257,4 +258,12 @@ TEST(Programs, ALlamaFamilyChatRunAndItsAnswer) {
   expect_refused(run({"generate", "--checkpoint", run_dir, "--chat", "--chat-template", "mistral", "--prompt", "Hi",
                       "--device", "cpu"}),
                  {"no special token <s>"}, "generate --chat in a format whose tokens the tokenizer lacks");
+  // Pretraining shards in the family's layout: each document opens with <|begin_of_text|>.
+  const auto prepared = run({"prepare_data", "--tokenizer", "hf", "--model", tok, "--bos", "--out", t.path + "/shards",
+                             "--val-fraction", "0.5", corpus[1], corpus[2], corpus[3]});
+  expect_ok(prepared, "prepare_data --tokenizer hf --bos");
+  const llmtrain::data::Shard shard(t.path + "/shards/train_000000.bin");
+  int64_t first = -1;
+  shard.read(0, 1, &first);
+  EXPECT_EQ(first, *llmtrain::tokenizer::HFTokenizer::from_dir(tok)->bos_id());
 }

@@ -26,13 +26,15 @@ struct PrepareOptions {
   int threads = 0;                     // 0: every core
   bool skip_bad_lines = false;         // JSONL: skip (and count) malformed lines instead of failing
   bool force = false;                  // replace an existing out_dir that llmtrain did not write
+  bool add_bos = false;                // start each document with the tokenizer's bos, as the Llama family's
+                                       // inputs start (an error when the tokenizer has none)
   std::function<void(int64_t done_bytes, int64_t total_bytes)> on_progress;  // optional
 };
 
 /// What prepare_shards did.
 struct PrepareSummary {
   int64_t train_documents = 0, val_documents = 0;
-  int64_t train_tokens = 0, val_tokens = 0;  // end-of-text ids included
+  int64_t train_tokens = 0, val_tokens = 0;  // bos and end-of-text ids included
   int64_t train_shards = 0, val_shards = 0;
   int64_t skipped_lines = 0;
   int64_t bytes = 0;
