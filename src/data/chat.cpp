@@ -76,6 +76,7 @@ std::vector<ChatPiece> render_chat(ChatFormat format, const std::vector<ChatMess
       break;
     }
     case ChatFormat::kChatML:
+    case ChatFormat::kQwen2:
     case ChatFormat::kQwen25:
     case ChatFormat::kSmolLM2:
       if (*chat_default_system(format) != '\0' && !messages.empty() && messages[0].role != "system") {
@@ -132,6 +133,7 @@ const char* chat_turn_end(ChatFormat format) {
     case ChatFormat::kLlama3:
     case ChatFormat::kLlama31: return "<|eot_id|>";
     case ChatFormat::kChatML:
+    case ChatFormat::kQwen2:
     case ChatFormat::kQwen25:
     case ChatFormat::kSmolLM2: return "<|im_end|>";
     case ChatFormat::kMistral: return "</s>";
@@ -143,6 +145,7 @@ const char* chat_turn_end(ChatFormat format) {
 
 const char* chat_default_system(ChatFormat format) {
   switch (format) {
+    case ChatFormat::kQwen2: return "You are a helpful assistant.";
     case ChatFormat::kQwen25: return "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
     case ChatFormat::kSmolLM2: return "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
     default: return "";
@@ -171,8 +174,9 @@ std::optional<ChatFormat> detect_chat_format(std::string_view jinja) {
   const auto has = [&](std::string_view text) { return jinja.find(text) != std::string_view::npos; };
   if (has("<|start_header_id|>")) return has("Cutting Knowledge Date") ? ChatFormat::kLlama31 : ChatFormat::kLlama3;
   if (has("<|im_start|>")) {
-    for (const ChatFormat f : {ChatFormat::kQwen25, ChatFormat::kSmolLM2})
-      if (has(chat_default_system(f))) return f;
+    // The default text right before the turn's end; Qwen2.5's first, since Qwen2's ends it.
+    for (const ChatFormat f : {ChatFormat::kQwen25, ChatFormat::kSmolLM2, ChatFormat::kQwen2})
+      if (has(std::string(chat_default_system(f)) + "<|im_end|>")) return f;
     return ChatFormat::kChatML;
   }
   if (jinja.find("[INST]") != std::string_view::npos) return ChatFormat::kMistral;
@@ -181,17 +185,18 @@ std::optional<ChatFormat> detect_chat_format(std::string_view jinja) {
 
 ChatFormat chat_format_in(const std::string& dir) {
   const std::string path = dir + "/tokenizer_config.json";
-  LLMTRAIN_CHECK(fs::exists(path), "chat format: ", dir, " holds no tokenizer_config.json to take chat_template ",
-                 "from; name the format (data.chat_template: llama3, llama3.1, chatml, qwen2.5, smollm2 or mistral)");
+  LLMTRAIN_CHECK(
+      fs::exists(path), "chat format: ", dir, " holds no tokenizer_config.json to take chat_template ",
+      "from; name the format (data.chat_template: llama3, llama3.1, chatml, qwen2, qwen2.5, smollm2 or mistral)");
   const Json config = json::parse_file(path, uint64_t(64) << 20);
   const Json* t = config.is_object() && config.contains("chat_template") ? &config["chat_template"] : nullptr;
   if (t && t->is_array())  // named templates: the default one
     for (const Json& named : *t)
       if (named.is_object() && named.value("name", "") == "default" && named.contains("template"))
         t = &named["template"];
-  LLMTRAIN_CHECK(
-      t && t->is_string(), "chat format: ", path, " has no chat_template (a string, or a list with one ",
-      "named default); name the format (data.chat_template: llama3, llama3.1, chatml, qwen2.5, smollm2 or mistral)");
+  LLMTRAIN_CHECK(t && t->is_string(), "chat format: ", path, " has no chat_template (a string, or a list with one ",
+                 "named default); name the format (data.chat_template: llama3, llama3.1, chatml, qwen2, qwen2.5, "
+                 "smollm2 or mistral)");
   const auto format = detect_chat_format(t->get<std::string>());
   LLMTRAIN_CHECK(format.has_value(), "chat format: the chat_template of ", path, " is none that llmtrain writes (",
                  "Llama 3's <|start_header_id|>, ChatML's <|im_start|>, Mistral's [INST]): ",

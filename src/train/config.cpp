@@ -81,7 +81,8 @@ std::vector<Field> fields(TrainerConfig& c) {
        "each epoch"},
       {"data.chat_template", choice(&c.data.chat_template),
        "sft messages lines ({\"messages\": [{\"role\", \"content\"}]}): llama3, llama3.1 (Llama 3.1-3.3's "
-       "system header), chatml, qwen2.5 and smollm2 (ChatML with their default system message), mistral, or auto "
+       "system header), chatml, qwen2, qwen2.5 and smollm2 (ChatML with their default system message), mistral, or "
+       "auto "
        "(the one the tokenizer folder's tokenizer_config.json chat_template writes)"},
       {"data.shuffle", &c.data.shuffle, "train on a seeded order each epoch; false: file order"},
       {"data.shuffle_unit", choice(&c.data.shuffle_unit),

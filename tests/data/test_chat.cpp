@@ -84,6 +84,7 @@ TEST(Chat, RendersAsTransformersApplyChatTemplate) {
   for (const auto& [format, kind] : std::vector<std::pair<ChatFormat, std::string>>{{ChatFormat::kLlama3, "llama3"},
                                                                                     {ChatFormat::kLlama31, "llama3"},
                                                                                     {ChatFormat::kChatML, "qwen2"},
+                                                                                    {ChatFormat::kQwen2, "qwen2"},
                                                                                     {ChatFormat::kQwen25, "qwen2"},
                                                                                     {ChatFormat::kSmolLM2, "qwen2"},
                                                                                     {ChatFormat::kMistral, ""}}) {
@@ -214,9 +215,11 @@ TEST(Chat, ContentIsTextAndBadConversationsAreRefusedByName) {
   EXPECT_EQ(data::detect_chat_format("<|start_header_id|>{{ 'Cutting Knowledge Date: December 2023' }}"),
             ChatFormat::kLlama31);
   EXPECT_EQ(data::detect_chat_format(R"({{ '<|im_start|>system\n' + 'You are Qwen, created by Alibaba Cloud. )"
-                                     R"(You are a helpful assistant.' }})"),
+                                     R"(You are a helpful assistant.<|im_end|>\n' }})"),
             ChatFormat::kQwen25);
   EXPECT_EQ(data::detect_chat_format(R"(<|im_start|>system\nYou are a helpful assistant.<|im_end|>)"),
+            ChatFormat::kQwen2);
+  EXPECT_EQ(data::detect_chat_format(R"({{ '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>' }})"),
             ChatFormat::kChatML);
   lt::TempDir dir;
   lt::expect_error([&] { data::chat_format_in(dir.path); }, {dir.path, "no tokenizer_config.json", "chat_template"});

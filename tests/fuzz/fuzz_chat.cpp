@@ -11,9 +11,9 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using llmtrain::data::ChatFormat;
   if (size == 0) return 0;
-  const ChatFormat formats[] = {ChatFormat::kLlama3, ChatFormat::kLlama31, ChatFormat::kChatML,
+  const ChatFormat formats[] = {ChatFormat::kLlama3, ChatFormat::kLlama31, ChatFormat::kChatML, ChatFormat::kQwen2,
                                 ChatFormat::kQwen25, ChatFormat::kSmolLM2, ChatFormat::kMistral};
-  const ChatFormat format = formats[(data[0] & 0x7f) % 6];
+  const ChatFormat format = formats[(data[0] & 0x7f) % 7];
   const bool prompt = data[0] & 0x80;
   try {
     const auto j = llmtrain::json::parse(std::string(reinterpret_cast<const char*>(data + 1), size - 1), "messages");

@@ -2,7 +2,7 @@
 
 Usage:
   chat_peer.py template FORMAT                 prints the Jinja chat template of FORMAT (llama3, llama3.1,
-                                               chatml, qwen2.5, smollm2 or mistral) as this test writes it
+                                               chatml, qwen2, qwen2.5, smollm2 or mistral) as this test writes it
   chat_peer.py render FORMAT DIR CHATS OUT     for a JSON list of conversations, writes to OUT a list of
                                                {"text": apply_chat_template(tokenize=False), "prompt": the
                                                same with add_generation_prompt, and, where DIR holds a
@@ -42,6 +42,10 @@ TEMPLATES = {
         "{% else %}{{ m['content'] | trim + '<|eot_id|>' }}{% endif %}{% endfor %}"
         "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"),
     "chatml": CHATML_TURNS,
+    "qwen2": (
+        "{% for m in messages %}{% if loop.first and m['role'] != 'system' %}"
+        "{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}"
+        "{% endif %}{% endfor %}" + CHATML_TURNS),
     "qwen2.5": (
         "{% if messages[0]['role'] != 'system' %}"
         "{{ '<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n' }}"

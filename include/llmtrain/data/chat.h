@@ -20,15 +20,15 @@
 namespace llmtrain::data {
 
 /// A chat format, or auto: the one the tokenizer's folder names (tokenizer_config.json's chat_template).
-/// llama3.1 is Llama 3's with the system header Llama 3.1, 3.2 and 3.3 always write; qwen2.5 and
+/// llama3.1 is Llama 3's with the system header Llama 3.1, 3.2 and 3.3 always write; qwen2, qwen2.5 and
 /// smollm2 are ChatML with the system message those families' templates add when a conversation has none.
-enum class ChatFormat { kAuto, kLlama3, kLlama31, kChatML, kQwen25, kSmolLM2, kMistral };
+enum class ChatFormat { kAuto, kLlama3, kLlama31, kChatML, kQwen2, kQwen25, kSmolLM2, kMistral };
 
 inline const ChoiceNames<ChatFormat>& choice_names(ChatFormat) {
   static const ChoiceNames<ChatFormat> names{{ChatFormat::kAuto, "auto"},        {ChatFormat::kLlama3, "llama3"},
                                              {ChatFormat::kLlama31, "llama3.1"}, {ChatFormat::kChatML, "chatml"},
-                                             {ChatFormat::kQwen25, "qwen2.5"},   {ChatFormat::kSmolLM2, "smollm2"},
-                                             {ChatFormat::kMistral, "mistral"}};
+                                             {ChatFormat::kQwen2, "qwen2"},      {ChatFormat::kQwen25, "qwen2.5"},
+                                             {ChatFormat::kSmolLM2, "smollm2"},  {ChatFormat::kMistral, "mistral"}};
   return names;
 }
 
@@ -51,7 +51,7 @@ struct ChatPiece {
 ///            2023\nToday Date: 26 Jul 2024\n\n" before the system message's content (if any). The date
 ///            is the one Llama 3.1's template writes; 3.2's writes the day it runs unless given
 ///            date_string, which llmtrain does not follow, so that a run's data is the same any day;
-///   chatml:  each <|im_start|>ROLE\nCONTENT<|im_end|>\n; qwen2.5 and smollm2 first add a system turn
+///   chatml:  each <|im_start|>ROLE\nCONTENT<|im_end|>\n; qwen2, qwen2.5 and smollm2 first add a system turn
 ///            with their template's default text (chat_default_system) where the first message is not
 ///            a system one;
 ///   mistral: <s> then [INST] USER [/INST]ASSISTANT</s> for each exchange, a system message (first, at
@@ -65,9 +65,9 @@ std::vector<ChatPiece> render_chat(ChatFormat format, const std::vector<ChatMess
 
 /// The special token that ends an assistant turn in `format` (not auto): "<|eot_id|>", "<|im_end|>", "</s>".
 const char* chat_turn_end(ChatFormat format);
-/// The system message `format` adds to a conversation without one: Qwen2.5's "You are Qwen, created by
-/// Alibaba Cloud. You are a helpful assistant.", SmolLM2's "You are a helpful AI assistant named SmolLM,
-/// trained by Hugging Face"; empty for the others.
+/// The system message `format` adds to a conversation without one: Qwen2's "You are a helpful
+/// assistant.", Qwen2.5's "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
+/// SmolLM2's "You are a helpful AI assistant named SmolLM, trained by Hugging Face"; empty for the others.
 const char* chat_default_system(ChatFormat format);
 
 /// The pieces' texts, one after another: what transformers' apply_chat_template(tokenize=False) renders.
