@@ -24,8 +24,11 @@ torch::nn::Linear linear(int64_t in, int64_t out, bool bias) {
   return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
 }
 
+// A layer's bias, undefined where it has none (ops::linear's and ops::rms_norm_linear's way).
+torch::Tensor bias_of(const torch::nn::Linear& l) { return l->options.bias() ? l->bias : torch::Tensor(); }
+
 torch::Tensor project(const torch::nn::Linear& l, const torch::Tensor& x) {
-  return ops::linear(x, l->weight, l->options.bias() ? l->bias : torch::Tensor());
+  return ops::linear(x, l->weight, bias_of(l));
 }
 
 }  // namespace
@@ -148,10 +151,10 @@ std::pair<torch::Tensor, torch::Tensor> LlamaDecoderLayerImpl::decode(const torc
   const int64_t B = x.size(0), H = cfg.n_head() * cfg.resolved_head_dim();
   const auto& sa = *self_attn;
   const auto& ff = *mlp;
-  const auto bias = [](const torch::nn::Linear& l) { return l->options.bias() ? l->bias : torch::Tensor(); };
-  const auto [in, qkv] = ops::rms_norm_linear(x, delta, input_layernorm->weight, input_layernorm->eps,
-                                              {sa.q_proj->weight, sa.k_proj->weight, sa.v_proj->weight},
-                                              {bias(sa.q_proj), bias(sa.k_proj), bias(sa.v_proj)}, /*swiglu=*/false);
+  const auto [in, qkv] =
+      ops::rms_norm_linear(x, delta, input_layernorm->weight, input_layernorm->eps,
+                           {sa.q_proj->weight, sa.k_proj->weight, sa.v_proj->weight},
+                           {bias_of(sa.q_proj), bias_of(sa.k_proj), bias_of(sa.v_proj)}, /*swiglu=*/false);
   const auto y =
       ops::decode_attention(qkv.view({B, -1}), cache.k, cache.v, cache.positions, cfg.sliding_window(), inv_freq);
   const auto [h, act] = ops::rms_norm_linear(in, project(sa.o_proj, y.view({B, 1, H})),
