@@ -194,13 +194,20 @@ torch::Tensor LlamaModelImpl::forward(const torch::Tensor& idx, const torch::Ten
 }
 
 torch::Tensor LlamaModelImpl::decode(const torch::Tensor& idx, const torch::Tensor& positions, KVCache& cache) {
+  const auto [x, delta] = decode_residual(idx, positions, cache);
+  return ops::add_rms_norm(x, delta, norm->weight, norm->eps).second;
+}
+
+std::pair<torch::Tensor, torch::Tensor> LlamaModelImpl::decode_residual(const torch::Tensor& idx,
+                                                                        const torch::Tensor& positions,
+                                                                        KVCache& cache) {
   const int64_t B = idx.size(0);
   torch::Tensor x = embed_tokens->weight.index_select(0, idx).view({B, 1, cfg.hidden_size()}), delta;  // in range
   const auto& inv = frequencies(idx.device());
   for (size_t l = 0; l < layers->size(); ++l)
     std::tie(x, delta) =
         layers[l]->as<LlamaDecoderLayerImpl>()->decode(x, delta, inv, {cache.k[l], cache.v[l], positions});
-  return ops::add_rms_norm(x, delta, norm->weight, norm->eps).second;
+  return {x, delta};
 }
 
 const torch::Tensor& LlamaModelImpl::frequencies(const torch::Device& device) {
@@ -273,7 +280,10 @@ torch::Tensor LlamaImpl::prefill(const torch::Tensor& idx, const torch::Tensor& 
 torch::Tensor LlamaImpl::decode(const torch::Tensor& idx, const torch::Tensor& positions, KVCache& cache) {
   detail::check_decode("Llama", idx, positions, cache, cfg.n_layer());
   torch::NoGradGuard no_grad;
-  return head(model->decode(idx, positions, cache)).view({idx.size(0), cfg.vocab_size()});
+  const auto [x, delta] = model->decode_residual(idx, positions, cache);
+  const auto& w = lm_head ? lm_head->weight : model->embed_tokens->weight;  // the final norm folded into the head
+  return ops::rms_norm_linear(x, delta, model->norm->weight, model->norm->eps, {w}, {}, /*swiglu=*/false)
+      .second.view({idx.size(0), cfg.vocab_size()});
 }
 
 }  // namespace llmtrain::nn

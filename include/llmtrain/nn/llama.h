@@ -103,6 +103,10 @@ class LlamaModelImpl : public torch::nn::Cloneable<LlamaModelImpl> {
                         KVCache* cache = nullptr);  // -> (B, T, C)
   /// A decode step: ids (B) at positions (B) -> (B, 1, C).
   torch::Tensor decode(const torch::Tensor& idx, const torch::Tensor& positions, KVCache& cache);
+  /// decode before the final norm: the residual stream as {x, delta} (their sum is the last layer's
+  /// output), so that the norm folds into the product after it.
+  std::pair<torch::Tensor, torch::Tensor> decode_residual(const torch::Tensor& idx, const torch::Tensor& positions,
+                                                          KVCache& cache);
 
   LlamaConfig cfg;
   torch::nn::Embedding embed_tokens{nullptr};
