@@ -33,12 +33,6 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
   if (bias.defined() && cuda_kernel_enabled(Kernel::kLinear)) {
     const auto t = detail::autocast_like_linear({x, weight, bias});
     if (cuda::linear_supported(t[0], t[1], t[2])) return cuda::linear(t[0], t[1], t[2]);
-  } else if (!bias.defined() && x.is_cuda() && cuda_kernel_enabled(Kernel::kGemv) &&
-             (!at::GradMode::is_enabled() || !(x.requires_grad() || weight.requires_grad()))) {
-    // A layer without a bias (the Llama family's), decoding: the few-row kernel, as for those with one.
-    const auto t = detail::autocast_like_linear({x, weight});
-    at::Tensor y, x_again;
-    if (cuda::gemv(t[0], {}, {}, {}, 0.0, {t[1]}, {}, kernels::GemvAct::kNone, x_again, y)) return y;
   }
 #endif
   return at::linear(x, weight, bias);
