@@ -193,11 +193,6 @@ torch::Tensor LlamaModelImpl::forward(const torch::Tensor& idx, const torch::Ten
   return norm->forward(x);
 }
 
-torch::Tensor LlamaModelImpl::decode(const torch::Tensor& idx, const torch::Tensor& positions, KVCache& cache) {
-  const auto [x, delta] = decode_residual(idx, positions, cache);
-  return ops::add_rms_norm(x, delta, norm->weight, norm->eps).second;
-}
-
 std::pair<torch::Tensor, torch::Tensor> LlamaModelImpl::decode_residual(const torch::Tensor& idx,
                                                                         const torch::Tensor& positions,
                                                                         KVCache& cache) {
@@ -231,9 +226,9 @@ void LlamaImpl::reset() {
   }
 }
 
-torch::Tensor LlamaImpl::head(const torch::Tensor& h) {
-  return ops::linear(h, lm_head ? lm_head->weight : model->embed_tokens->weight);
-}
+const torch::Tensor& LlamaImpl::head_weight() const { return lm_head ? lm_head->weight : model->embed_tokens->weight; }
+
+torch::Tensor LlamaImpl::head(const torch::Tensor& h) { return ops::linear(h, head_weight()); }
 
 torch::Tensor LlamaImpl::checked_logits(const torch::Tensor& idx, const torch::Tensor& targets,
                                         const torch::Tensor& position_ids) {
@@ -281,8 +276,8 @@ torch::Tensor LlamaImpl::decode(const torch::Tensor& idx, const torch::Tensor& p
   detail::check_decode("Llama", idx, positions, cache, cfg.n_layer());
   torch::NoGradGuard no_grad;
   const auto [x, delta] = model->decode_residual(idx, positions, cache);
-  const auto& w = lm_head ? lm_head->weight : model->embed_tokens->weight;  // the final norm folded into the head
-  return ops::rms_norm_linear(x, delta, model->norm->weight, model->norm->eps, {w}, {}, /*swiglu=*/false)
+  // the final norm folded into the head's product
+  return ops::rms_norm_linear(x, delta, model->norm->weight, model->norm->eps, {head_weight()}, {}, /*swiglu=*/false)
       .second.view({idx.size(0), cfg.vocab_size()});
 }
 

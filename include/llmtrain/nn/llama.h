@@ -101,10 +101,8 @@ class LlamaModelImpl : public torch::nn::Cloneable<LlamaModelImpl> {
   /// `cache`: a prefill's (from position 0), whose layers store their keys and values.
   torch::Tensor forward(const torch::Tensor& idx, const torch::Tensor& position_ids = {},
                         KVCache* cache = nullptr);  // -> (B, T, C)
-  /// A decode step: ids (B) at positions (B) -> (B, 1, C).
-  torch::Tensor decode(const torch::Tensor& idx, const torch::Tensor& positions, KVCache& cache);
-  /// decode before the final norm: the residual stream as {x, delta} (their sum is the last layer's
-  /// output), so that the norm folds into the product after it.
+  /// A decode step, ids (B) at positions (B), up to the final norm: the residual stream as {x, delta},
+  /// each (B, 1, C), whose sum is the last layer's output (the norm folds into the head's product).
   std::pair<torch::Tensor, torch::Tensor> decode_residual(const torch::Tensor& idx, const torch::Tensor& positions,
                                                           KVCache& cache);
 
@@ -159,6 +157,7 @@ class LlamaImpl : public torch::nn::Cloneable<LlamaImpl>, public CausalLM {
   torch::Tensor checked_logits(const torch::Tensor& idx, const torch::Tensor& targets,
                                const torch::Tensor& position_ids);
   torch::Tensor head(const torch::Tensor& h);  // hidden states -> logits
+  const torch::Tensor& head_weight() const;    // lm_head's, or the tied embedding's
 };
 TORCH_MODULE(Llama);
 
