@@ -148,8 +148,6 @@ __global__ void __launch_bounds__(kThreads)
   store_floats<P>(o + threadIdx.x * P, r);
 }
 
-int64_t pack_elements(DType dtype) { return dtype == DType::kFloat32 ? 4 : 8; }
-
 }  // namespace
 
 bool decode_attention_fits(DType dtype, int64_t D) {
@@ -163,7 +161,7 @@ cudaError_t launch_decode_attention(const void* qkv, int64_t qkv_stride, void* k
                                     const int64_t* pos, DType dtype, int64_t B, int64_t H, int64_t KV, int64_t S,
                                     int64_t D, int64_t window, const float* inv_freq, void* out, cudaStream_t stream) {
   if (B == 0) return cudaSuccess;
-  const int64_t bytes = dtype == DType::kFloat32 ? 4 : 2;
+  const int64_t bytes = dtype_bytes(dtype);
   if (H < 1 || KV < 1 || H % KV != 0 || window < 0 || S < 1 || B > 65535 || !decode_attention_fits(dtype, D) ||
       (qkv_stride * bytes) % 16 != 0 || !is_aligned(qkv, 16) || !is_aligned(k_cache, 16) || !is_aligned(v_cache, 16) ||
       !is_aligned(out, 16))

@@ -189,8 +189,6 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const Params<T> p) {
   }
 }
 
-int64_t element_bytes(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
-
 int multiprocessors() {
   int device = 0, sms = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
@@ -202,7 +200,7 @@ int multiprocessors() {
 }  // namespace
 
 bool gemv_fits(DType dtype, int64_t M, int64_t K) {
-  const int64_t bytes = element_bytes(dtype);
+  const int64_t bytes = dtype_bytes(dtype);
   return M >= 1 && M <= kGemvMaxRows && K >= 1 && (K * bytes) % 16 == 0 && M * K * bytes <= kStageBytes;
 }
 
@@ -223,7 +221,7 @@ cudaError_t launch_gemv(const GemvArgs& a, cudaStream_t stream) {
     if (!is_aligned(q, 16)) return cudaErrorInvalidValue;
   const int64_t turns = (N + kRowsPerWarp * kWarps - 1) / (kRowsPerWarp * kWarps);
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(turns, int64_t(multiprocessors()) * kBlocksPerSM));
-  const size_t stage = static_cast<size_t>(a.M * a.K * element_bytes(a.dtype));
+  const size_t stage = static_cast<size_t>(a.M * a.K * dtype_bytes(a.dtype));
   cudaError_t launched = cudaSuccess;
   with_element_type(a.dtype, [&](auto* t) {
     using E = std::remove_pointer_t<decltype(t)>;

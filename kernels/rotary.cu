@@ -40,8 +40,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-int64_t pack_elements(DType dtype) { return dtype == DType::kFloat32 ? 4 : 8; }
-
 }  // namespace
 
 bool rotary_fits(DType dtype, int64_t D) { return D > 0 && D % (2 * pack_elements(dtype)) == 0; }
