@@ -185,9 +185,8 @@ std::optional<ChatFormat> detect_chat_format(std::string_view jinja) {
 
 ChatFormat chat_format_in(const std::string& dir) {
   const std::string path = dir + "/tokenizer_config.json";
-  LLMTRAIN_CHECK(
-      fs::exists(path), "chat format: ", dir, " holds no tokenizer_config.json to take chat_template ",
-      "from; name the format (data.chat_template: llama3, llama3.1, chatml, qwen2, qwen2.5, smollm2 or mistral)");
+  LLMTRAIN_CHECK(fs::exists(path), "chat format: ", dir, " holds no tokenizer_config.json to take chat_template ",
+                 "from; name the format (data.chat_template: ", Choice<ChatFormat>::names(ChatFormat::kAuto), ")");
   const Json config = json::parse_file(path, uint64_t(64) << 20);
   const Json* t = config.is_object() && config.contains("chat_template") ? &config["chat_template"] : nullptr;
   if (t && t->is_array())  // named templates: the default one
@@ -195,8 +194,8 @@ ChatFormat chat_format_in(const std::string& dir) {
       if (named.is_object() && named.value("name", "") == "default" && named.contains("template"))
         t = &named["template"];
   LLMTRAIN_CHECK(t && t->is_string(), "chat format: ", path, " has no chat_template (a string, or a list with one ",
-                 "named default); name the format (data.chat_template: llama3, llama3.1, chatml, qwen2, qwen2.5, "
-                 "smollm2 or mistral)");
+                 "named default); name the format (data.chat_template: ", Choice<ChatFormat>::names(ChatFormat::kAuto),
+                 ")");
   const auto format = detect_chat_format(t->get<std::string>());
   LLMTRAIN_CHECK(format.has_value(), "chat format: the chat_template of ", path, " is none that llmtrain writes (",
                  "Llama 3's <|start_header_id|>, ChatML's <|im_start|>, Mistral's [INST]): ",

@@ -51,9 +51,8 @@ SFTExamples read_sft_examples(const tokenizer::Tokenizer& tok, const SFTOptions&
     std::vector<bool> trained;
     if (j->contains(o.messages_field) && !chat_checked) {  // a mistake of the run's, not the line's: thrown
       if (chat == ChatFormat::kAuto) {
-        LLMTRAIN_CHECK(
-            !o.chat_dir.empty(), "SFT: ", where, ": a messages line, and no chat format to lay it out ",
-            "with: name one (data.chat_template: llama3, llama3.1, chatml, qwen2, qwen2.5, smollm2 or mistral)");
+        LLMTRAIN_CHECK(!o.chat_dir.empty(), "SFT: ", where, ": a messages line, and no chat format to lay it out ",
+                       "with: name one (data.chat_template: ", Choice<ChatFormat>::names(ChatFormat::kAuto), ")");
         chat = chat_format_in(o.chat_dir);
       }
       std::vector<int32_t> ids;  // every special token the format uses, or the error that names the missing one

@@ -9,6 +9,7 @@
 //   Choice<Rounding> r = Choice<Rounding>::parse("nearest", "rounding");  // r == Rounding::kNearest, r == "nearest"
 #pragma once
 
+#include <optional>
 #include <ostream>
 #include <string>
 #include <utility>
@@ -35,12 +36,14 @@ class Choice {
     return "?";
   }
 
-  /// The words, "a, b or c".
-  static std::string names() {
-    const auto& all = choice_names(E{});
+  /// The words, "a, b or c"; without `leave_out`'s where given (a value one may not name there).
+  static std::string names(std::optional<E> leave_out = std::nullopt) {
+    std::vector<const char*> words;
+    for (const auto& [value, name] : choice_names(E{}))
+      if (value != leave_out) words.push_back(name);
     std::string out;
-    for (size_t i = 0; i < all.size(); ++i)
-      out += (i == 0 ? "" : i + 1 == all.size() ? " or " : ", ") + std::string(all[i].second);
+    for (size_t i = 0; i < words.size(); ++i)
+      out += (i == 0 ? "" : i + 1 == words.size() ? " or " : ", ") + std::string(words[i]);
     return out;
   }
 
