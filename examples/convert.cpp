@@ -6,6 +6,9 @@
 // checkpoint out, which finetune --from and model.init_from read. hf: a Hugging Face folder
 // (config.json, model.safetensors) with the model's tokenizer (tokenizer_config.json, and vocab.json +
 // merges.txt or tokenizer.model) for transformers' AutoTokenizer. llmc: an llm.c model file (in only).
+// --adapter merges a PEFT LoRA adapter folder (adapter_config.json, adapter_model.safetensors) into the
+// model first, so that the output is the fine-tuned model, plain:
+//   build/bin/convert --from hf Llama-3.2-1B --adapter my-lora --to hf Llama-3.2-1B-tuned
 #include <llmtrain/llmtrain.h>
 #include <CLI/CLI.hpp>
 
@@ -27,6 +30,8 @@ int main(int argc, char** argv) {
                  "GPT-2's for an llm.c file)")
       ->check(CLI::IsMember({"gpt2", "sentencepiece"}));
   app.add_option("--tokenizer-path", tok_path, "its GPT-2 folder or .model file");
+  std::string adapter;
+  app.add_option("--adapter", adapter, "a PEFT LoRA adapter folder to merge into the model");
   CLI11_PARSE(app, argc, argv);
   try {
     std::shared_ptr<llmtrain::nn::CausalLM> model;
@@ -34,10 +39,16 @@ int main(int argc, char** argv) {
     else if (from[0] == "hf") model = llmtrain::io::load_hf_model(from[1]);
     else if (from[0] == "llmc") model = llmtrain::io::load_llmc_gpt2(from[1]).ptr();
     else throw llmtrain::Error("--from " + from[0] + ": expected native, hf or llmc");
+    if (!adapter.empty()) {
+      const auto layers = llmtrain::peft::merge_lora(*model, adapter);
+      std::printf("merged adapter %s into %zu layers\n", adapter.c_str(), layers.size());
+    }
     std::optional<llmtrain::train::TokenizerConfig> tok = llmtrain::train::model_tokenizer(from[1]);
     if (!kind.empty()) tok = llmtrain::train::TokenizerConfig{kind, tok_path, ""};
     else if (!tok && from[0] == "llmc") tok = llmtrain::train::TokenizerConfig{"gpt2", tok_path, ""};
-    const llmtrain::fs::OutputOptions out{"--to " + to[0], {from[1]}, force};
+    std::vector<std::string> inputs = {from[1]};
+    if (!adapter.empty()) inputs.push_back(adapter);
+    const llmtrain::fs::OutputOptions out{"--to " + to[0], inputs, force};
     if (to[0] == "native") llmtrain::train::save_model_checkpoint(model, to[1], out, tok);
     else if (to[0] == "hf") llmtrain::train::save_hf_model(model, to[1], out, tok);
     else throw llmtrain::Error("--to " + to[0] + ": expected native or hf");

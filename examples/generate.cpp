@@ -6,6 +6,7 @@
 // Llama-family models get their tokenizer's bos first. --chat makes the prompt a user turn in the
 // model's chat format (its folder's chat template, or --chat-template) and prints the answer alone:
 //   build/bin/generate --checkpoint Llama-3.2-1B-Instruct --chat --prompt "Name three rivers." --temperature 0
+// --adapter DIR merges a PEFT LoRA adapter folder into the model's weights before generating.
 #include <llmtrain/llmtrain.h>
 #include <torch/cuda.h>
 #include <CLI/CLI.hpp>
@@ -54,11 +55,14 @@ int main(int argc, char** argv) {
   app.add_option("--chat-template", chat_template, "with --chat: auto (the model folder's), llama3, chatml or mistral")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "llama3", "chatml", "mistral"}));
+  std::string adapter;
+  app.add_option("--adapter", adapter, "a PEFT LoRA adapter folder (adapter_config.json, adapter_model.safetensors)");
   bool eager = false;
   app.add_flag("--eager", eager, "on cuda, run the decode step op by op instead of as a CUDA graph");
   CLI11_PARSE(app, argc, argv);
   try {
     auto model = llmtrain::train::load_model(checkpoint);
+    if (!adapter.empty()) llmtrain::peft::merge_lora(*model, adapter);
     const bool cuda = device == "cuda" || (device == "auto" && torch::cuda::is_available());
     LLMTRAIN_CHECK(!cuda || torch::cuda::is_available(), "--device cuda, but no CUDA device is visible");
     const bool bf16 = dtype == "bfloat16" || (dtype == "auto" && cuda);

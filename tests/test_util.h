@@ -10,8 +10,11 @@
 
 #include <dirent.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <string>
@@ -117,6 +120,24 @@ inline nn::GPT2 as_gpt2(const std::shared_ptr<nn::CausalLM>& model) {
   auto gpt2 = std::dynamic_pointer_cast<nn::GPT2Impl>(model);
   EXPECT_TRUE(gpt2) << "not a GPT-2 model";
   return nn::GPT2(gpt2);
+}
+
+/// The ids a Python peer wrote as JSON rows of equal length (`path`, e.g. DIR/ids.json), as (rows, length) int64.
+inline torch::Tensor ids_file(const std::string& path) {
+  const auto j = nlohmann::json::parse(fs::read_file(path));
+  std::vector<int64_t> flat;
+  for (const auto& row : j)
+    for (const auto& id : row) flat.push_back(id.get<int64_t>());
+  return torch::tensor(flat, torch::kLong).view({int64_t(j.size()), -1});
+}
+
+/// Raw float32 values a Python peer wrote (`path`), as a tensor of `shape`; a size that disagrees fails.
+inline torch::Tensor floats_file(const std::string& path, at::IntArrayRef shape) {
+  const std::string bytes = fs::read_file(path, uint64_t(1) << 32);
+  auto t = torch::empty(shape, torch::kFloat);
+  EXPECT_EQ(bytes.size(), t.nbytes()) << path;
+  std::memcpy(t.data_ptr(), bytes.data(), std::min(bytes.size(), size_t(t.nbytes())));
+  return t;
 }
 
 inline double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {

@@ -33,6 +33,7 @@
 #include "llmtrain/ops/mlp.h"
 #include "llmtrain/optim/optimizer.h"
 #include "llmtrain/optim/schedule.h"
+#include "llmtrain/peft/lora.h"
 #include "llmtrain/train/checkpointer.h"
 #include "llmtrain/train/config.h"
 #include "llmtrain/train/driver.h"

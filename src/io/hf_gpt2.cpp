@@ -17,17 +17,11 @@ namespace llmtrain::io {
 namespace {
 
 using detail::ends_with;
+using detail::hf_gpt2_conv1d;
 using detail::HfWeights;
 using detail::shape_str;
 
 using Json = json::Json;
-
-// Hugging Face's Conv1D layers: weights stored (in, out).
-bool conv1d(const std::string& name) {
-  for (const char* s : {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"})
-    if (ends_with(name, s)) return true;
-  return false;
-}
 
 }  // namespace
 
@@ -54,7 +48,7 @@ nn::GPT2 load_hf_gpt2(const std::string& dir) {
                    "transformer. prefix)");
     const auto& [file, key] = it->second;
     if (name == "transformer.wte.weight") shape[0] = cfg.vocab_size();  // padded inside llmtrain, not in the file
-    if (conv1d(name)) std::swap(shape[0], shape[1]);
+    if (hf_gpt2_conv1d(name)) std::swap(shape[0], shape[1]);
     const auto have = file->shape(key);
     LLMTRAIN_CHECK(have == shape, "tensor ", key, " in ", file->path(), " has shape ", shape_str(have),
                    "; config.json's model needs ", shape_str(shape));
@@ -70,7 +64,7 @@ nn::GPT2 load_hf_gpt2(const std::string& dir) {
   for (auto& p : model->named_parameters()) {
     const auto& [file, key] = w.by_name.at(p.key());
     torch::Tensor t = file->get(key);
-    if (conv1d(p.key())) t = t.t();
+    if (hf_gpt2_conv1d(p.key())) t = t.t();
     torch::Tensor dst = p.value();
     if (p.key() == "transformer.wte.weight") {
       dst = dst.narrow(0, 0, cfg.vocab_size());
@@ -96,7 +90,7 @@ void save_hf_gpt2(nn::GPT2& model, const std::string& dir, const fs::OutputOptio
     torch::Tensor t = p.value().detach();
     dtype = t.scalar_type();
     if (p.key() == "transformer.wte.weight") t = t.narrow(0, 0, V);
-    if (conv1d(p.key())) t = t.t();
+    if (hf_gpt2_conv1d(p.key())) t = t.t();
     tensors.emplace_back(p.key(), t);
   }
   const auto id = [&](const std::optional<int64_t>& given) {

@@ -13,6 +13,12 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+bool hf_gpt2_conv1d(const std::string& name) {
+  for (const char* s : {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"})
+    if (ends_with(name, s)) return true;
+  return false;
+}
+
 std::string read_hf_config(const std::string& dir, std::string* path) {
   *path = dir + "/config.json";
   LLMTRAIN_CHECK(fs::exists(*path), "Hugging Face folder ", dir, ": no config.json");

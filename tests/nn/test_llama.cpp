@@ -40,22 +40,6 @@ std::string peer_output(const std::string& args) {
   return out;
 }
 
-torch::Tensor ids_of(const std::string& dir) {
-  const auto j = nlohmann::json::parse(llmtrain::fs::read_file(dir + "/ids.json"));
-  std::vector<int64_t> flat;
-  for (const auto& row : j)
-    for (const auto& id : row) flat.push_back(id.get<int64_t>());
-  return torch::tensor(flat, torch::kLong).view({int64_t(j.size()), -1});
-}
-
-torch::Tensor logits_file(const std::string& path, at::IntArrayRef shape) {
-  const std::string bytes = llmtrain::fs::read_file(path);
-  auto t = torch::empty(shape, torch::kFloat);
-  EXPECT_EQ(bytes.size(), t.nbytes()) << path;
-  std::memcpy(t.data_ptr(), bytes.data(), std::min(bytes.size(), size_t(t.nbytes())));
-  return t;
-}
-
 // Within 1e-5 of the largest logit (fp32 on both sides, sums in the order each library's kernels take).
 void expect_same_logits(const torch::Tensor& ours, const torch::Tensor& theirs, const std::string& what) {
   const float largest = theirs.abs().max().item<float>();
@@ -74,11 +58,11 @@ TEST(Llama, EachFamilyLoadsFoldersTransformersSavedWithItsLogitsAndExportsThemBa
     auto model = llmtrain::io::load_hf_llama(theirs);
     model->eval();
     EXPECT_EQ(model->cfg.family().name(), family);
-    const auto idx = ids_of(theirs);
+    const auto idx = llmtrain::testing::ids_file(theirs + "/ids.json");
     torch::NoGradGuard no_grad;
     const auto logits = model(idx).logits;
     const auto shape = logits.sizes();
-    expect_same_logits(logits, logits_file(theirs + "/logits.bin", shape), "loaded");
+    expect_same_logits(logits, llmtrain::testing::floats_file(theirs + "/logits.bin", shape), "loaded");
     // Greedy generation through the KV cache picks the 32 ids transformers' generate() picks.
     const auto prompt_row = idx[0].narrow(0, 0, 8);
     const std::vector<int32_t> prompt(prompt_row.data_ptr<int64_t>(), prompt_row.data_ptr<int64_t>() + 8);
@@ -93,7 +77,7 @@ TEST(Llama, EachFamilyLoadsFoldersTransformersSavedWithItsLogitsAndExportsThemBa
     llmtrain::io::save_hf_llama(model, ours);
     llmtrain::fs::write_file_atomic(ours + "/ids.json", llmtrain::fs::read_file(theirs + "/ids.json"));
     ASSERT_EQ(peer("logits '" + ours + "' '" + dir + "/out.bin'"), 0);
-    expect_same_logits(logits, logits_file(dir + "/out.bin", shape), "exported");
+    expect_same_logits(logits, llmtrain::testing::floats_file(dir + "/out.bin", shape), "exported");
     llmtrain::fs::remove_tree(dir);
   }
   // The tiny presets are these shapes.

@@ -17,6 +17,7 @@
 #include "io/llmc_file.h"
 #include "llmtrain/data/shard.h"
 #include "llmtrain/infer/generate.h"
+#include "llmtrain/io/hf_model.h"
 #include "llmtrain/tokenizer/hf_tokenizer.h"
 #include "llmtrain/train/trainer.h"
 #include "programs/programs.h"
@@ -266,4 +267,45 @@ TEST(Programs, ALlamaFamilyChatRunAndItsAnswer) {
   int64_t first = -1;
   shard.read(0, 1, &first);
   EXPECT_EQ(first, *llmtrain::tokenizer::HFTokenizer::from_dir(tok)->bos_id());
+}
+
+// A PEFT LoRA adapter (tests/python/peft_peer.py) merged by convert --adapter: the exported folder has
+// the logits of PEFT's merge_and_unload; generate --adapter picks the tokens the merged folder picks.
+TEST(Programs, APeftAdapterMergedByConvertAndGenerate) {
+  llmtrain::testing::TempDir t;
+  ASSERT_EQ(llmtrain::testing::run_command("'" + llmtrain::testing::test_python() + "' '" +
+                                           llmtrain::testing::test_source_dir() +
+                                           "/tests/python/peft_peer.py' make qwen2 '" + t.path + "' > /dev/null 2>&1"),
+            0);
+  const std::string merged = t.path + "/merged";
+  const auto converted =
+      run({"convert", "--from", "hf", t.path + "/base", "--adapter", t.path + "/adapter", "--to", "hf", merged});
+  expect_ok(converted, "convert --adapter");
+  EXPECT_THAT(converted.output, HasSubstr("merged adapter " + t.path + "/adapter into 6 layers"));
+  const auto idx = llmtrain::testing::ids_file(t.path + "/ids.json");
+  auto model = llmtrain::io::load_hf_model(merged);
+  model->module().eval();
+  torch::NoGradGuard no_grad;
+  const auto logits = model->logits(idx).contiguous();
+  const auto want = llmtrain::testing::floats_file(t.path + "/merged.bin", logits.sizes());
+  EXPECT_LT((logits - want).abs().max().item<double>(), 1e-5 * std::max(1.0, want.abs().max().item<double>()));
+
+  std::vector<int64_t> first(idx[0].data_ptr<int64_t>(), idx[0].data_ptr<int64_t>() + idx.size(1));
+  const std::string prompt = nlohmann::json(first).dump();
+  const auto greedy = [&](std::vector<std::string> args) {
+    args.insert(args.end(), {"--prompt-ids", prompt, "--max-new-tokens", "8", "--temperature", "0", "--stop-ids", "[]",
+                             "--format", "ids", "--device", "cpu"});
+    const auto o = run(args);
+    expect_ok(o, "generate");
+    return ids_of(o);
+  };
+  const Ids from_adapter = greedy({"generate", "--checkpoint", t.path + "/base", "--adapter", t.path + "/adapter"});
+  EXPECT_EQ(from_adapter.size(), 8u);
+  EXPECT_EQ(from_adapter, greedy({"generate", "--checkpoint", merged}));
+  EXPECT_NE(from_adapter, greedy({"generate", "--checkpoint", t.path + "/base"})) << "the adapter changes the picks";
+  expect_refused(run({"convert", "--from", "hf", t.path + "/base", "--adapter", t.path + "/base", "--to", "hf",
+                      t.path + "/other"}),
+                 {"PEFT adapter folder " + t.path + "/base: no adapter_config.json"},
+                 "convert --adapter of a model folder");
+  EXPECT_FALSE(fs::exists(t.path + "/other")) << "nothing written for a refused adapter";
 }
