@@ -136,6 +136,9 @@ std::vector<std::string> merge_lora(nn::CausalLM& model, const std::string& dir)
   for (const auto& key : file.names()) {
     LLMTRAIN_CHECK(key.rfind(kPrefix, 0) == 0, file_path, ": tensor ", key, " does not start with ", kPrefix);
     const std::string name = key.substr(std::string(kPrefix).size());
+    LLMTRAIN_CHECK(
+        name.find(".lora_embedding_") == std::string::npos && name.find(".lora_magnitude_") == std::string::npos,
+        file_path, ": tensor ", key, " is not supported (LoRA on embeddings, DoRA)");
     if (ends_with(name, ".lora_A.weight")) pairs[name.substr(0, name.size() - 14)].first = key;
     else if (ends_with(name, ".lora_B.weight")) pairs[name.substr(0, name.size() - 14)].second = key;
     else saved.emplace_back(name, key);

@@ -144,6 +144,12 @@ TEST(Lora, BadAdaptersAreRefusedNamedWithTheModelUntouched) {
   expect_error([&] { llmtrain::peft::merge_lora(*model, adapter); },
                {"no lora_A and lora_B for the targeted layer model.layers.1.self_attn.k_proj"});
   EXPECT_TRUE(unchanged(*model, before));
+  llmtrain::io::save_safetensors(file + ".tmp",
+                                 {{"base_model.model.model.embed_tokens.lora_embedding_A", torch::ones({4, 96})}}, {});
+  std::filesystem::rename(file + ".tmp", file);
+  expect_error([&] { llmtrain::peft::merge_lora(*model, adapter); },
+               {"lora_embedding_A is not supported (LoRA on embeddings, DoRA)"});
+  EXPECT_TRUE(unchanged(*model, before));
   expect_error([&] { llmtrain::peft::merge_lora(*model, dir); },
                {"PEFT adapter folder " + dir + ": no adapter_config.json"});
   llmtrain::fs::remove_tree(dir);
