@@ -106,14 +106,15 @@ LoraConfig read_lora_config(const std::string& dir) {
     cfg.target_modules = strings(c, "target_modules");
     LLMTRAIN_CHECK(!cfg.target_modules.empty(), path, ": target_modules is empty");
   }
-  for (const auto& [what, key] : {std::pair{"rank", "rank_pattern"}, std::pair{"alpha", "alpha_pattern"}}) {
-    if (!c.has(key) || c.at(key).is_null()) continue;
+  const auto each_pattern = [&](const char* key, const auto& take) {  // take(object, pattern) for every entry
+    if (!c.has(key) || c.at(key).is_null()) return;
     const json::Object patterns = c.object(key);
-    for (const auto& [pattern, v] : patterns.value().items()) {
-      if (std::string(what) == "rank") cfg.rank_pattern[pattern] = patterns.integer(pattern, 1, INT32_MAX);
-      else cfg.alpha_pattern[pattern] = patterns.number(pattern, -1e9, 1e9);
-    }
-  }
+    for (const auto& item : patterns.value().items()) take(patterns, item.key());
+  };
+  each_pattern("rank_pattern",
+               [&](const json::Object& o, const std::string& k) { cfg.rank_pattern[k] = o.integer(k, 1, INT32_MAX); });
+  each_pattern("alpha_pattern",
+               [&](const json::Object& o, const std::string& k) { cfg.alpha_pattern[k] = o.number(k, -1e9, 1e9); });
   if (c.has("modules_to_save") && !c.at("modules_to_save").is_null())
     cfg.modules_to_save = strings(c, "modules_to_save");
   if (c.has("base_model_name_or_path") && c.at("base_model_name_or_path").is_string())
@@ -139,8 +140,9 @@ std::vector<std::string> merge_lora(nn::CausalLM& model, const std::string& dir)
     LLMTRAIN_CHECK(
         name.find(".lora_embedding_") == std::string::npos && name.find(".lora_magnitude_") == std::string::npos,
         file_path, ": tensor ", key, " is not supported (LoRA on embeddings, DoRA)");
-    if (ends_with(name, ".lora_A.weight")) pairs[name.substr(0, name.size() - 14)].first = key;
-    else if (ends_with(name, ".lora_B.weight")) pairs[name.substr(0, name.size() - 14)].second = key;
+    const std::string a = ".lora_A.weight", b = ".lora_B.weight";  // the same length: the layer is what precedes
+    if (ends_with(name, a)) pairs[name.substr(0, name.size() - a.size())].first = key;
+    else if (ends_with(name, b)) pairs[name.substr(0, name.size() - b.size())].second = key;
     else saved.emplace_back(name, key);
   }
 
