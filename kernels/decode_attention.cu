@@ -20,7 +20,7 @@ constexpr int kThreads = kWarps * 32;
 // exp2(m - m_new), the weight of a partial result whose maximum was m; none (0) for an empty one.
 __device__ __forceinline__ float rescale(float m, float m_new) { return m == -INFINITY ? 0.f : exp2f(m - m_new); }
 
-template <typename T, int L>
+template <typename T, int L, bool kRotate>  // kRotate: inv_freq given (GPT-2 compiles without the rotation)
 __global__ void __launch_bounds__(kThreads)
     decode_attention_kernel(const T* __restrict__ qkv, int64_t qkv_stride, T* k_cache, T* v_cache,
                             const int64_t* __restrict__ pos, int H, int KV, int64_t S, int64_t window, float scale_log2,
@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     return;
   }
-  if (inv_freq != nullptr) {
+  if constexpr (kRotate) {
     for (int i = threadIdx.x; i < D / 2; i += kThreads) {
       float sn, cs;
       sincosf(float(p) * inv_freq[i], &sn, &cs);
@@ -176,12 +176,17 @@ cudaError_t launch_decode_attention(const void* qkv, int64_t qkv_stride, void* k
                                   static_cast<E*>(k_cache), static_cast<E*>(v_cache), pos, int(H), int(KV), S, window,
                                   scale_log2, inv_freq, static_cast<E*>(out));
     };
-    switch (D / pack_elements(dtype)) {
-      case 4: go(decode_attention_kernel<E, 4>); break;
-      case 8: go(decode_attention_kernel<E, 8>); break;
-      case 16: go(decode_attention_kernel<E, 16>); break;
-      default: go(decode_attention_kernel<E, 32>); break;
-    }
+    const auto by_width = [&](auto rotate) {
+      constexpr bool kR = decltype(rotate)::value;
+      switch (D / pack_elements(dtype)) {
+        case 4: go(decode_attention_kernel<E, 4, kR>); break;
+        case 8: go(decode_attention_kernel<E, 8, kR>); break;
+        case 16: go(decode_attention_kernel<E, 16, kR>); break;
+        default: go(decode_attention_kernel<E, 32, kR>); break;
+      }
+    };
+    if (inv_freq != nullptr) by_width(std::true_type{});
+    else by_width(std::false_type{});
   });
   return launched != cudaSuccess ? launched : cudaGetLastError();
 }
