@@ -9,10 +9,12 @@
 #include <mutex>
 
 #include "llmtrain/core/error.h"
+#include "llmtrain/nn/adapter.h"
 #include "llmtrain/ops/attention.h"
 #include "llmtrain/ops/cross_entropy.h"
 #include "llmtrain/ops/dispatch.h"
 #include "llmtrain/ops/embedding.h"
+#include "llmtrain/ops/gelu.h"
 #include "llmtrain/ops/layer_norm.h"
 #include "llmtrain/ops/linear.h"
 #include "llmtrain/ops/mlp.h"
@@ -63,9 +65,9 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x, const Lay
                                                const torch::Tensor& mask) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
   const int64_t H = cfg.n_head(), D = cfg.head_dim();
-  const auto qkv = ops::linear(x, c_attn->weight, c_attn->bias);  // (B, T, 3C)
-  const auto parts = qkv.split(C, /*dim=*/-1);                    // 3 x (B, T, C)
-  const auto heads = [&](const torch::Tensor& t) {                // (B, T, C) -> (B, H, T, D)
+  const auto qkv = nn::linear(c_attn, x);           // (B, T, 3C)
+  const auto parts = qkv.split(C, /*dim=*/-1);      // 3 x (B, T, C)
+  const auto heads = [&](const torch::Tensor& t) {  // (B, T, C) -> (B, H, T, D)
     return t.view({B, T, H, D}).transpose(1, 2);
   };
   const auto q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
@@ -76,7 +78,7 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x, const Lay
   }
   const double p = is_training() ? cfg.dropout() : 0.0;
   const auto y = ops::attention(q, k, v, p, mask).transpose(1, 2).reshape({B, T, C});  // (B, H, T, D) -> (B, T, C)
-  return maybe_dropout(ops::linear(y, c_proj->weight, c_proj->bias), cfg.dropout(), is_training());
+  return maybe_dropout(nn::linear(c_proj, y), cfg.dropout(), is_training());
 }
 
 // ---- MLP ----------------------------------------------------------------------------------------
@@ -89,8 +91,10 @@ void MLPImpl::reset() {
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
-  return maybe_dropout(ops::mlp(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias), cfg.dropout(),
-                       is_training());
+  const auto y = adapter_of(*c_fc) || adapter_of(*c_proj)
+                     ? nn::linear(c_proj, ops::gelu(nn::linear(c_fc, x)))
+                     : ops::mlp(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias);
+  return maybe_dropout(y, cfg.dropout(), is_training());
 }
 
 // ---- Block --------------------------------------------------------------------------------------
@@ -126,6 +130,12 @@ std::pair<torch::Tensor, torch::Tensor> BlockImpl::decode_residual(const torch::
   LLMTRAIN_CHECK(T == 1, "Block: a decode step takes one token per row, got ", T);
   const auto& sa = *attn;
   const auto& ff = *mlp;
+  if (adapter_of(*sa.c_attn) || adapter_of(*sa.c_proj) || adapter_of(*ff.c_fc) || adapter_of(*ff.c_proj)) {
+    const auto [in, a] = add_norm(ln_1, x, delta);  // adapters: the products one by one
+    const auto y = ops::decode_attention(nn::linear(sa.c_attn, a).view({B, 3 * C}), cache.k, cache.v, cache.positions);
+    const auto [h, m] = add_norm(ln_2, in, nn::linear(sa.c_proj, y.view({B, 1, C})));
+    return {h, mlp->forward(m)};
+  }
   const auto [in, qkv] = ops::norm_linear(x, delta, ln_1->weight, ln_1->bias, ln_1->options.eps(), sa.c_attn->weight,
                                           sa.c_attn->bias, /*gelu=*/false);
   const auto y = ops::decode_attention(qkv.view({B, 3 * C}), cache.k, cache.v, cache.positions).view({B, 1, C});

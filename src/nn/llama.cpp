@@ -10,6 +10,7 @@
 
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/types.h"
+#include "llmtrain/nn/adapter.h"
 #include "llmtrain/ops/attention.h"
 #include "llmtrain/ops/cross_entropy.h"
 #include "llmtrain/ops/gelu.h"
@@ -20,15 +21,8 @@
 namespace llmtrain::nn {
 namespace {
 
-torch::nn::Linear linear(int64_t in, int64_t out, bool bias) {
+torch::nn::Linear make_linear(int64_t in, int64_t out, bool bias) {
   return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
-}
-
-// A layer's bias, undefined where it has none (ops::linear's and ops::rms_norm_linear's way).
-torch::Tensor bias_of(const torch::nn::Linear& l) { return l->options.bias() ? l->bias : torch::Tensor(); }
-
-torch::Tensor project(const torch::nn::Linear& l, const torch::Tensor& x) {
-  return ops::linear(x, l->weight, bias_of(l));
 }
 
 }  // namespace
@@ -93,38 +87,38 @@ LlamaAttentionImpl::LlamaAttentionImpl(LlamaConfig cfg_) : cfg(std::move(cfg_)) 
 
 void LlamaAttentionImpl::reset() {
   const int64_t C = cfg.hidden_size(), D = cfg.resolved_head_dim();
-  q_proj = register_module("q_proj", linear(C, cfg.n_head() * D, cfg.qkv_bias()));
-  k_proj = register_module("k_proj", linear(C, cfg.n_kv_head() * D, cfg.qkv_bias()));
-  v_proj = register_module("v_proj", linear(C, cfg.n_kv_head() * D, cfg.qkv_bias()));
-  o_proj = register_module("o_proj", linear(cfg.n_head() * D, C, cfg.o_bias()));
+  q_proj = register_module("q_proj", make_linear(C, cfg.n_head() * D, cfg.qkv_bias()));
+  k_proj = register_module("k_proj", make_linear(C, cfg.n_kv_head() * D, cfg.qkv_bias()));
+  v_proj = register_module("v_proj", make_linear(C, cfg.n_kv_head() * D, cfg.qkv_bias()));
+  o_proj = register_module("o_proj", make_linear(cfg.n_head() * D, C, cfg.o_bias()));
 }
 
 torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                                           const torch::Tensor& mask, const LayerCache* cache) {
   const int64_t B = x.size(0), T = x.size(1), D = cfg.resolved_head_dim(), H = cfg.n_head(), KV = cfg.n_kv_head();
   const auto heads = [&](const torch::Tensor& t, int64_t n) { return t.view({B, T, n, D}); };
-  const auto q = ops::rotary(heads(project(q_proj, x), H), cos, sin).transpose(1, 2);   // (B, H, T, D)
-  const auto k = ops::rotary(heads(project(k_proj, x), KV), cos, sin).transpose(1, 2);  // (B, KV, T, D)
-  const auto v = heads(project(v_proj, x), KV).transpose(1, 2);
+  const auto q = ops::rotary(heads(nn::linear(q_proj, x), H), cos, sin).transpose(1, 2);   // (B, H, T, D)
+  const auto k = ops::rotary(heads(nn::linear(k_proj, x), KV), cos, sin).transpose(1, 2);  // (B, KV, T, D)
+  const auto v = heads(nn::linear(v_proj, x), KV).transpose(1, 2);
   if (cache) {  // a prefill: positions [0, T) of every row
     cache->k.narrow(2, 0, T).copy_(k);
     cache->v.narrow(2, 0, T).copy_(v);
   }
   const auto y = ops::attention(q, k, v, is_training() ? cfg.dropout() : 0.0, mask);  // (B, H, T, D)
-  return project(o_proj, y.transpose(1, 2).reshape({B, T, H * D}));
+  return nn::linear(o_proj, y.transpose(1, 2).reshape({B, T, H * D}));
 }
 
 LlamaMLPImpl::LlamaMLPImpl(LlamaConfig cfg_) : cfg(std::move(cfg_)) { reset(); }
 
 void LlamaMLPImpl::reset() {
   const int64_t C = cfg.hidden_size(), I = cfg.intermediate_size();
-  gate_proj = register_module("gate_proj", linear(C, I, false));
-  up_proj = register_module("up_proj", linear(C, I, false));
-  down_proj = register_module("down_proj", linear(I, C, false));
+  gate_proj = register_module("gate_proj", make_linear(C, I, false));
+  up_proj = register_module("up_proj", make_linear(C, I, false));
+  down_proj = register_module("down_proj", make_linear(I, C, false));
 }
 
 torch::Tensor LlamaMLPImpl::forward(const torch::Tensor& x) {
-  return project(down_proj, ops::swiglu(project(gate_proj, x), project(up_proj, x)));
+  return nn::linear(down_proj, ops::swiglu(nn::linear(gate_proj, x), nn::linear(up_proj, x)));
 }
 
 LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(LlamaConfig cfg_) : cfg(std::move(cfg_)) { reset(); }
@@ -151,16 +145,28 @@ std::pair<torch::Tensor, torch::Tensor> LlamaDecoderLayerImpl::decode(const torc
   const int64_t B = x.size(0), H = cfg.n_head() * cfg.resolved_head_dim();
   const auto& sa = *self_attn;
   const auto& ff = *mlp;
+  bool adapted = false;
+  for (const auto* l : {&sa.q_proj, &sa.k_proj, &sa.v_proj, &sa.o_proj, &ff.gate_proj, &ff.up_proj, &ff.down_proj})
+    adapted = adapted || adapter_of(**l) != nullptr;
+  if (adapted) {  // the products one by one
+    const auto [in, a] = ops::add_rms_norm(x, delta, input_layernorm->weight, input_layernorm->eps);
+    const auto qkv = torch::cat({nn::linear(sa.q_proj, a), nn::linear(sa.k_proj, a), nn::linear(sa.v_proj, a)}, -1);
+    const auto y =
+        ops::decode_attention(qkv.view({B, -1}), cache.k, cache.v, cache.positions, cfg.sliding_window(), inv_freq);
+    const auto [h, m] = ops::add_rms_norm(in, nn::linear(sa.o_proj, y.view({B, 1, H})),
+                                          post_attention_layernorm->weight, post_attention_layernorm->eps);
+    return {h, mlp->forward(m)};
+  }
   const auto [in, qkv] =
       ops::rms_norm_linear(x, delta, input_layernorm->weight, input_layernorm->eps,
                            {sa.q_proj->weight, sa.k_proj->weight, sa.v_proj->weight},
                            {bias_of(sa.q_proj), bias_of(sa.k_proj), bias_of(sa.v_proj)}, /*swiglu=*/false);
   const auto y =
       ops::decode_attention(qkv.view({B, -1}), cache.k, cache.v, cache.positions, cfg.sliding_window(), inv_freq);
-  const auto [h, act] = ops::rms_norm_linear(in, project(sa.o_proj, y.view({B, 1, H})),
+  const auto [h, act] = ops::rms_norm_linear(in, nn::linear(sa.o_proj, y.view({B, 1, H})),
                                              post_attention_layernorm->weight, post_attention_layernorm->eps,
                                              {ff.gate_proj->weight, ff.up_proj->weight}, {}, /*swiglu=*/true);
-  return {h, project(ff.down_proj, act)};
+  return {h, nn::linear(ff.down_proj, act)};
 }
 
 LlamaModelImpl::LlamaModelImpl(LlamaConfig cfg_) : cfg(std::move(cfg_)) {
@@ -215,7 +221,7 @@ LlamaImpl::LlamaImpl(LlamaConfig cfg_) : cfg(std::move(cfg_)) { reset(); }  // t
 void LlamaImpl::reset() {
   model = register_module("model", LlamaModel(cfg));
   if (!cfg.tie_word_embeddings())
-    lm_head = register_module("lm_head", linear(cfg.hidden_size(), cfg.vocab_size(), false));
+    lm_head = register_module("lm_head", make_linear(cfg.hidden_size(), cfg.vocab_size(), false));
   torch::NoGradGuard no_grad;
   for (auto& item : named_parameters()) {
     const std::string& name = item.key();
@@ -228,7 +234,9 @@ void LlamaImpl::reset() {
 
 const torch::Tensor& LlamaImpl::head_weight() const { return lm_head ? lm_head->weight : model->embed_tokens->weight; }
 
-torch::Tensor LlamaImpl::head(const torch::Tensor& h) { return ops::linear(h, head_weight()); }
+torch::Tensor LlamaImpl::head(const torch::Tensor& h) {
+  return lm_head ? nn::linear(lm_head, h) : ops::linear(h, head_weight());
+}
 
 torch::Tensor LlamaImpl::checked_logits(const torch::Tensor& idx, const torch::Tensor& targets,
                                         const torch::Tensor& position_ids) {
@@ -276,6 +284,8 @@ torch::Tensor LlamaImpl::decode(const torch::Tensor& idx, const torch::Tensor& p
   detail::check_decode("Llama", idx, positions, cache, cfg.n_layer());
   torch::NoGradGuard no_grad;
   const auto [x, delta] = model->decode_residual(idx, positions, cache);
+  if (lm_head && adapter_of(*lm_head))
+    return head(ops::add_rms_norm(x, delta, model->norm->weight, model->norm->eps).second).view({idx.size(0), -1});
   // the final norm folded into the head's product
   return ops::rms_norm_linear(x, delta, model->norm->weight, model->norm->eps, {head_weight()}, {}, /*swiglu=*/false)
       .second.view({idx.size(0), cfg.vocab_size()});

@@ -145,8 +145,12 @@ struct LinearFn : torch::autograd::Function<LinearFn> {
     const at::Tensor dy = packed(grads[0].to(x.scalar_type()));
     at::Tensor dx;
     if (ctx->needs_input_grad(0)) dx = at::mm(dy.view({-1, out}), w).view(x.sizes());
-    at::Tensor dw = at::empty_like(w), db = at::empty({out}, w.options());
-    linear_weight_grads(x, dy, dw, &db);
+    at::Tensor dw, db;
+    if (ctx->needs_input_grad(1) || ctx->needs_input_grad(2)) {  // none for a frozen layer (LoRA's base)
+      dw = at::empty_like(w);
+      db = at::empty({out}, w.options());
+      linear_weight_grads(x, dy, dw, &db);
+    }
     return {dx, dw, db};
   }
 };

@@ -117,19 +117,154 @@ LoraConfig read_lora_config(const std::string& dir) {
                [&](const json::Object& o, const std::string& k) { cfg.alpha_pattern[k] = o.number(k, -1e9, 1e9); });
   if (c.has("modules_to_save") && !c.at("modules_to_save").is_null())
     cfg.modules_to_save = strings(c, "modules_to_save");
+  if (c.has("init_lora_weights")) {
+    const auto& v = c.at("init_lora_weights");
+    if (v.is_boolean()) cfg.init = v.get<bool>() ? LoraInit::kDefault : LoraInit::kRandom;
+    else if (v == "gaussian") cfg.init = LoraInit::kGaussian;
+    else
+      LLMTRAIN_CHECK(false, path, ": init_lora_weights ", json::excerpt(v),
+                     " is not supported (true, false or \"gaussian\")");
+  }
   if (c.has("base_model_name_or_path") && c.at("base_model_name_or_path").is_string())
     cfg.base_model = c.string("base_model_name_or_path");
   return cfg;
 }
 
-std::vector<std::string> merge_lora(nn::CausalLM& model, const std::string& dir) {
+std::string lora_config_json(const LoraConfig& cfg, bool gpt2) {
+  json::Json j = {{"peft_type", "LORA"},
+                  {"task_type", "CAUSAL_LM"},
+                  {"r", cfg.r},
+                  {"lora_alpha", cfg.lora_alpha},
+                  {"lora_dropout", cfg.lora_dropout},
+                  {"use_rslora", cfg.use_rslora},
+                  {"bias", "none"},
+                  {"fan_in_fan_out", gpt2},
+                  {"rank_pattern", cfg.rank_pattern},
+                  {"alpha_pattern", cfg.alpha_pattern},
+                  {"modules_to_save", nullptr},
+                  {"base_model_name_or_path", cfg.base_model},
+                  {"inference_mode", true}};
+  if (!cfg.target_regex.empty()) j["target_modules"] = cfg.target_regex;
+  else if (cfg.all_linear) j["target_modules"] = "all-linear";
+  else j["target_modules"] = cfg.target_modules;
+  if (!cfg.modules_to_save.empty()) j["modules_to_save"] = cfg.modules_to_save;
+  switch (cfg.init) {
+    case LoraInit::kDefault: j["init_lora_weights"] = true; break;
+    case LoraInit::kGaussian: j["init_lora_weights"] = "gaussian"; break;
+    case LoraInit::kRandom: j["init_lora_weights"] = false; break;
+  }
+  return j.dump(2) + "\n";
+}
+
+// ---- LoraAdapter --------------------------------------------------------------------------------
+
+LoraAdapterImpl::LoraAdapterImpl(int64_t in, int64_t out, int64_t r, double scaling_, double dropout_, LoraInit init)
+    : scaling(scaling_), dropout(dropout_) {
+  // torch::nn::Linear starts as PEFT's nn.Linear does: uniform within 1/sqrt(in).
+  lora_A = register_module("lora_A", torch::nn::Linear(torch::nn::LinearOptions(in, r).bias(false)));
+  lora_B = register_module("lora_B", torch::nn::Linear(torch::nn::LinearOptions(r, out).bias(false)));
+  torch::NoGradGuard no_grad;
+  if (init == LoraInit::kGaussian) lora_A->weight.normal_(0.0, 1.0 / double(r));
+  if (init != LoraInit::kRandom) lora_B->weight.zero_();
+}
+
+torch::Tensor LoraAdapterImpl::forward(const torch::Tensor& x) {
+  const torch::Tensor in = dropout > 0 && is_training() ? torch::dropout(x, dropout, true) : x;
+  return nn::linear(lora_B, nn::linear(lora_A, in)) * scaling;
+}
+
+namespace {
+
+struct Target {
+  std::string name;
+  torch::nn::Linear layer;
+};
+
+// The linear layers `cfg` targets, each checked: no adapter yet, a rank the layer can hold.
+std::vector<Target> targets_of(nn::CausalLM& model, const LoraConfig& cfg, const std::string& source) {
+  std::vector<Target> out;
+  for (const auto& item : model.module().named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
+    auto* lin = item.value()->as<torch::nn::Linear>();
+    if (lin == nullptr || !cfg.targets(item.key(), item.key() == "lm_head")) continue;
+    torch::nn::Linear layer(std::dynamic_pointer_cast<torch::nn::LinearImpl>(item.value()));
+    LLMTRAIN_CHECK(nn::adapter_of(*layer) == nullptr, source, ": layer ", item.key(), " has an adapter already");
+    const int64_t r = cfg.rank_of(item.key()), in = layer->weight.size(1), out_f = layer->weight.size(0);
+    LLMTRAIN_CHECK(r <= std::min(in, out_f), source, ": r ", r, " is larger than layer ", item.key(), " (", out_f,
+                   " x ", in, "): at most ", std::min(in, out_f));
+    out.push_back({item.key(), layer});
+  }
+  LLMTRAIN_CHECK(!out.empty(), source, ": target_modules match no linear layer of the ", model.spec().family(),
+                 " model");
+  return out;
+}
+
+// The parameters of modules_to_save, by their full names; a name matching no module is an error.
+std::vector<std::pair<std::string, torch::Tensor>> saved_params(nn::CausalLM& model, const LoraConfig& cfg,
+                                                                const std::string& source) {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  const auto modules = model.module().named_modules(/*name_prefix=*/"", /*include_self=*/false);
+  for (const auto& want : cfg.modules_to_save) {
+    bool found = false;
+    for (const auto& item : modules) {
+      if (item.key() != want && !ends_with(item.key(), "." + want)) continue;
+      found = true;
+      for (const auto& p : item.value()->named_parameters(/*recurse=*/true))
+        out.emplace_back(item.key() + "." + p.key(), p.value());
+    }
+    LLMTRAIN_CHECK(found, source, ": modules_to_save names ", want, ", which is no module of the ",
+                   model.spec().family(), " model");
+  }
+  return out;
+}
+
+// The base frozen: only the adapters and the modules to save keep a gradient.
+void freeze_base(nn::CausalLM& model, const std::vector<std::pair<std::string, torch::Tensor>>& saved) {
+  for (auto& p : model.module().parameters()) p.set_requires_grad(false);
+  for (const auto& item : model.module().named_modules(/*name_prefix=*/"", /*include_self=*/false))
+    if (dynamic_cast<LoraAdapterImpl*>(item.value().get()) != nullptr)
+      for (auto& p : item.value()->parameters()) p.set_requires_grad(true);
+  for (const auto& [name, p] : saved) p.set_requires_grad(true);
+}
+
+void attach(const Target& t, const LoraConfig& cfg, const torch::Tensor& a, const torch::Tensor& b) {
+  const torch::Tensor& w = t.layer->weight;
+  auto adapter = std::make_shared<LoraAdapterImpl>(w.size(1), w.size(0), cfg.rank_of(t.name), cfg.scaling_of(t.name),
+                                                   cfg.lora_dropout, cfg.init);
+  adapter->to(w.device(), w.scalar_type());
+  if (a.defined()) {
+    torch::NoGradGuard no_grad;
+    adapter->lora_A->weight.copy_(a);
+    adapter->lora_B->weight.copy_(b);
+  }
+  t.layer.ptr()->register_module(nn::kAdapterName, std::shared_ptr<nn::LinearAdapterImpl>(adapter));
+}
+
+// GPT-2's Conv1D layers keep 2-D weights as (in, out) in Hugging Face's files.
+bool transposed_in_files(const nn::CausalLM& model, const std::string& name, const torch::Tensor& v) {
+  return model.spec().is_gpt2() && io::detail::hf_gpt2_conv1d(name) && v.dim() == 2;
+}
+
+}  // namespace
+
+std::vector<std::string> add_lora(nn::CausalLM& model, const LoraConfig& cfg) {
+  const std::string source = "peft config";
+  const auto targets = targets_of(model, cfg, source);
+  const auto saved = saved_params(model, cfg, source);
+  std::vector<std::string> names;
+  for (const auto& t : targets) {
+    attach(t, cfg, {}, {});
+    names.push_back(t.name);
+  }
+  freeze_base(model, saved);
+  return names;
+}
+
+LoraConfig load_lora(nn::CausalLM& model, const std::string& dir) {
   const LoraConfig cfg = read_lora_config(dir);
   const std::string file_path = dir + "/adapter_model.safetensors";
   LLMTRAIN_CHECK(fs::exists(file_path), "PEFT adapter folder ", dir,
                  ": no adapter_model.safetensors (PEFT's older adapter_model.bin is not read)");
   const io::SafetensorsFile file(file_path);
-  torch::nn::Module& m = model.module();
-  const bool gpt2 = model.spec().is_gpt2();
 
   // The file's tensors: LoRA pairs by layer, and whole parameters of modules_to_save.
   std::map<std::string, std::pair<std::string, std::string>> pairs;  // layer -> (A key, B key)
@@ -147,22 +282,14 @@ std::vector<std::string> merge_lora(nn::CausalLM& model, const std::string& dir)
   }
 
   // Every check first: nothing changes unless the whole adapter fits the model.
-  const auto layers = m.named_modules(/*name_prefix=*/"", /*include_self=*/false);
+  const auto targets = targets_of(model, cfg, dir + "/adapter_config.json");
   std::set<std::string> targeted;
-  for (const auto& item : layers) {
-    if (item.value()->as<torch::nn::Linear>() == nullptr) continue;
-    if (cfg.targets(item.key(), item.key() == "lm_head")) targeted.insert(item.key());
+  for (const auto& t : targets) {
+    targeted.insert(t.name);
+    LLMTRAIN_CHECK(pairs.count(t.name) != 0, file_path, ": no lora_A and lora_B for the targeted layer ", t.name);
   }
-  LLMTRAIN_CHECK(!targeted.empty(), dir, "/adapter_config.json: target_modules match no linear layer of the ",
-                 model.spec().family(), " model");
-  for (const auto& layer : targeted)
-    LLMTRAIN_CHECK(pairs.count(layer) != 0, file_path, ": no lora_A and lora_B for the targeted layer ", layer);
-  struct Update {
-    std::string layer;
-    torch::Tensor weight, a, b;
-    double scaling;
-  };
-  std::vector<Update> updates;
+  const auto layers = model.module().named_modules(/*name_prefix=*/"", /*include_self=*/false);
+  std::map<std::string, std::pair<torch::Tensor, torch::Tensor>> weights;  // layer -> (A, B)
   for (const auto& [layer, keys] : pairs) {
     LLMTRAIN_CHECK(!keys.first.empty() && !keys.second.empty(), file_path, ": layer ", layer, " has ",
                    keys.first.empty() ? "lora_B but no lora_A" : "lora_A but no lora_B");
@@ -179,31 +306,82 @@ std::vector<std::string> merge_lora(nn::CausalLM& model, const std::string& dir)
                    file_path, ": layer ", layer, " has lora_A ", shape_str(a.sizes()), " and lora_B ",
                    shape_str(b.sizes()), "; its weight ", shape_str(w.sizes()), " and r ", r, " need lora_A [", r, ", ",
                    w.size(1), "] and lora_B [", w.size(0), ", ", r, "]");
-    updates.push_back({layer, w, a, b, cfg.scaling_of(layer)});
+    weights[layer] = {a, b};
   }
-  const auto params = m.named_parameters();
+  const auto params = model.module().named_parameters();
   std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // (parameter, value)
   for (const auto& [name, key] : saved) {
     const auto* p = params.find(name);
     LLMTRAIN_CHECK(p != nullptr, file_path, ": tensor ", key, " (of modules_to_save) has no parameter ", name,
                    " in the ", model.spec().family(), " model");
     torch::Tensor v = file.get(key);
-    if (gpt2 && io::detail::hf_gpt2_conv1d(name) && v.dim() == 2) v = v.t();  // stored (in, out)
+    if (transposed_in_files(model, name, v)) v = v.t();
     LLMTRAIN_CHECK(v.sizes() == p->sizes(), file_path, ": tensor ", key, " has shape ", shape_str(v.sizes()),
                    "; the model's ", name, " is ", shape_str(p->sizes()));
     copies.emplace_back(*p, v);
   }
+  const auto to_save = saved_params(model, cfg, dir + "/adapter_config.json");
 
+  for (const auto& t : targets) attach(t, cfg, weights[t.name].first, weights[t.name].second);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& [p, v] : copies) p.copy_(v);
+  }
+  freeze_base(model, to_save);
+  return cfg;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> lora_tensors(nn::CausalLM& model, const LoraConfig& cfg) {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  const auto cpu = [](const torch::Tensor& t) { return t.detach().to(torch::kCPU).contiguous(); };
+  for (const auto& item : model.module().named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
+    auto* lin = item.value()->as<torch::nn::Linear>();
+    if (lin == nullptr) continue;
+    if (auto* a = dynamic_cast<LoraAdapterImpl*>(nn::adapter_of(*lin))) {
+      out.emplace_back(kPrefix + item.key() + ".lora_A.weight", cpu(a->lora_A->weight));
+      out.emplace_back(kPrefix + item.key() + ".lora_B.weight", cpu(a->lora_B->weight));
+    }
+  }
+  LLMTRAIN_CHECK(!out.empty(), "peft: the ", model.spec().family(), " model has no LoRA adapters to save");
+  for (const auto& [name, p] : saved_params(model, cfg, "peft config")) {
+    const torch::Tensor v = cpu(p);
+    out.emplace_back(kPrefix + name, transposed_in_files(model, name, v) ? v.t().contiguous() : v);
+  }
+  return out;
+}
+
+void save_lora(nn::CausalLM& model, const LoraConfig& cfg, const std::string& dir, const fs::OutputOptions& options) {
+  const auto tensors = lora_tensors(model, cfg);
+  const std::string config = lora_config_json(cfg, model.spec().is_gpt2());
+  fs::write_dir_atomic(dir, "peft-lora", options, [&](const std::string& tmp) {
+    io::save_safetensors(tmp + "/adapter_model.safetensors", tensors, {{"format", "pt"}});
+    fs::write_file_atomic(tmp + "/adapter_config.json", config);
+  });
+}
+
+std::vector<std::string> merge_lora(nn::CausalLM& model) {
   torch::NoGradGuard no_grad;
   std::vector<std::string> merged;
-  for (const auto& u : updates) {  // in float64, rounded once to the weight's dtype
-    const auto d = torch::kDouble;
-    const torch::Tensor delta = torch::matmul(u.b.to(d), u.a.to(d)).mul_(u.scaling);
-    u.weight.copy_(u.weight.to(torch::kCPU, d).add_(delta).to(u.weight.device(), u.weight.scalar_type()));
-    merged.push_back(u.layer);
+  for (const auto& item : model.module().named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
+    auto* lin = item.value()->as<torch::nn::Linear>();
+    if (lin == nullptr) continue;
+    auto* a = dynamic_cast<LoraAdapterImpl*>(nn::adapter_of(*lin));
+    if (a == nullptr) continue;
+    const auto d = torch::kDouble;  // in float64, rounded once to the weight's dtype
+    const torch::Tensor delta =
+        torch::matmul(a->lora_B->weight.to(torch::kCPU, d), a->lora_A->weight.to(torch::kCPU, d)).mul_(a->scaling);
+    torch::Tensor& w = lin->weight;
+    w.copy_(w.to(torch::kCPU, d).add_(delta).to(w.device(), w.scalar_type()));
+    lin->unregister_module(nn::kAdapterName);
+    merged.push_back(item.key());
   }
-  for (auto& [p, v] : copies) p.copy_(v);
+  for (auto& p : model.module().parameters()) p.set_requires_grad(true);
   return merged;
+}
+
+std::vector<std::string> merge_lora(nn::CausalLM& model, const std::string& dir) {
+  load_lora(model, dir);
+  return merge_lora(model);
 }
 
 }  // namespace llmtrain::peft

@@ -778,6 +778,20 @@ TEST(OpsLinear, ProductsMatchReferenceWithContiguousWeightGrads_CUDA) {
         }
 }
 
+// A frozen layer (LoRA's base): the input's gradient alone, as the unfrozen layer's.
+TEST(OpsLinear, FrozenLayerGivesOnlyTheInputGradient_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  const auto x = torch::randn({6, 64}, torch::kCUDA), w = torch::randn({40, 64}, torch::kCUDA) / 8,
+             b = torch::randn({40}, torch::kCUDA), dy = torch::randn({6, 40}, torch::kCUDA);
+  const auto fx = x.clone().requires_grad_(), tx = x.clone().requires_grad_(), tw = w.clone().requires_grad_(),
+             tb = b.clone().requires_grad_();
+  ops::linear(fx, w, b).backward(dy);
+  ops::linear(tx, tw, tb).backward(dy);
+  EXPECT_TRUE(torch::equal(fx.grad(), tx.grad()));
+  EXPECT_FALSE(w.grad().defined());
+  EXPECT_FALSE(b.grad().defined());
+}
+
 // The few-row kernel (kernels/gemv.cuh), alone and with the residual add, norm and GELU folded in,
 // against float64 on the CPU: rows 1 to 4 (3 rounds up to the kernel's 4), widths that leave the last
 // turn of packs partial and an odd count of weight rows, with and without delta and bias; 5 rows take

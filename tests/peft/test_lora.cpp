@@ -1,7 +1,9 @@
-// peft::merge_lora against PEFT (tests/python/peft_peer.py): adapters PEFT saves on random tiny
-// transformers models of GPT-2 (Conv1D layers, a module to save), Llama (all-linear, tied head) and
-// Qwen2 (biases, rsLoRA, rank and alpha patterns, the head to save), merged into the base that
-// transformers saved, give the logits of PEFT's merge_and_unload; and bad adapters are refused whole.
+// peft/ against PEFT (tests/python/peft_peer.py): adapters PEFT saves on random tiny transformers
+// models of GPT-2 (Conv1D layers, a module to save), Llama (all-linear, tied head) and Qwen2 (biases,
+// rsLoRA, rank and alpha patterns, the head to save), loaded onto the base that transformers saved,
+// give PEFT's logits unmerged and those of its merge_and_unload merged; adapters llmtrain saves load
+// in PEFT with the same logits; LoRA training takes PEFT's steps; and bad adapters and configs are
+// refused whole.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -11,8 +13,10 @@
 #include <nlohmann/json.hpp>
 
 #include "llmtrain/core/fs.h"
+#include "llmtrain/infer/generate.h"
 #include "llmtrain/io/hf_model.h"
 #include "llmtrain/io/safetensors.h"
+#include "llmtrain/optim/optimizer.h"
 #include "llmtrain/peft/lora.h"
 #include "test_util.h"
 
@@ -32,6 +36,17 @@ std::string make(const std::string& which) {
   const std::string dir = llmtrain::fs::make_temp_dir("llmtrain_lora_");
   EXPECT_EQ(peer("make " + which + " '" + dir + "'"), 0) << "peft_peer.py make " << which;
   return dir;
+}
+
+std::string q(const std::string& s) { return "'" + s + "'"; }
+
+// A greedy continuation of the first row of `idx`.
+std::vector<int32_t> greedy(const std::shared_ptr<llmtrain::nn::CausalLM>& model, const torch::Tensor& idx) {
+  const auto row = idx[0].to(torch::kInt);
+  llmtrain::infer::SamplingOptions o;
+  o.temperature = 0;
+  return llmtrain::infer::generate(model, std::vector<int32_t>(row.data_ptr<int32_t>(), row.data_ptr<int32_t>() + 8),
+                                   12, o);
 }
 
 torch::Tensor logits_of(llmtrain::nn::CausalLM& model, const torch::Tensor& idx) {
@@ -81,6 +96,122 @@ TEST(Lora, MergedAdaptersGivePeftsMergedLogits) {
     EXPECT_LT(max_abs_diff(ours, want), 1e-5 * std::max(1.0f, largest));
     llmtrain::fs::remove_tree(dir);
   }
+}
+
+TEST(Lora, UnmergedAdaptersGivePeftsLogitsAndSavedOnesLoadInPeft) {
+  for (const std::string which : {"gpt2", "llama", "qwen2"}) {
+    SCOPED_TRACE(which);
+    const std::string dir = make(which);
+    auto model = llmtrain::io::load_hf_model(dir + "/base");
+    auto merged = llmtrain::io::load_hf_model(dir + "/base");
+    llmtrain::peft::merge_lora(*merged, dir + "/adapter");
+    const auto idx = llmtrain::testing::ids_file(dir + "/ids.json");
+    const auto cfg = llmtrain::peft::load_lora(*model, dir + "/adapter");
+    const auto ours = logits_of(*model, idx);
+    const auto want = llmtrain::testing::floats_file(dir + "/peft.bin", ours.sizes());
+    const float largest = want.abs().max().item<float>();
+    EXPECT_LT(max_abs_diff(ours, want), 1e-5 * std::max(1.0f, largest));
+    // Only the adapters and the modules to save train.
+    for (const auto& p : model->module().named_parameters())
+      EXPECT_EQ(p.value().requires_grad(), p.key().find(".adapter.lora_") != std::string::npos ||
+                                               p.key().rfind("lm_head.", 0) == 0 ||
+                                               p.key().rfind("transformer.ln_f.", 0) == 0)
+          << p.key();
+    // Generation with the adapters attached (the decode step's unfused path) is the merged model's.
+    EXPECT_EQ(greedy(model, idx), greedy(merged, idx));
+    // Saved by llmtrain, read by PEFT: the same logits.
+    llmtrain::peft::save_lora(*model, cfg, dir + "/ours");
+    ASSERT_EQ(peer("logits " + q(dir + "/base") + " " + q(dir + "/ours") + " " + q(dir + "/ids.json") + " " +
+                   q(dir + "/ours.bin")),
+              0);
+    const auto theirs = llmtrain::testing::floats_file(dir + "/ours.bin", ours.sizes());
+    EXPECT_LT(max_abs_diff(theirs, ours), 1e-5 * std::max(1.0f, largest));
+    // Merged in place: the merged model's logits, and a plain model again.
+    EXPECT_EQ(llmtrain::peft::merge_lora(*model).size(), which == "gpt2" ? 4u : which == "llama" ? 14u : 6u);
+    EXPECT_LT(max_abs_diff(logits_of(*model, idx), logits_of(*merged, idx)), 1e-5 * std::max(1.0f, largest));
+    for (const auto& p : model->module().named_parameters()) EXPECT_EQ(p.key().find(".adapter."), std::string::npos);
+    llmtrain::fs::remove_tree(dir);
+  }
+}
+
+TEST(Lora, TrainsAsPeftDoes) {
+  for (const std::string which : {"gpt2", "llama"}) {
+    SCOPED_TRACE(which);
+    const std::string dir = make(which);
+    auto model = llmtrain::io::load_hf_model(dir + "/base");
+    const auto idx = llmtrain::testing::ids_file(dir + "/ids.json");
+    const auto base = logits_of(*model, idx);
+    llmtrain::peft::LoraConfig cfg;
+    cfg.r = 4;
+    cfg.lora_alpha = 8;
+    if (which == "gpt2") {
+      cfg.target_modules = {"c_attn", "c_fc"};
+      cfg.modules_to_save = {"ln_f"};
+    } else {
+      cfg.all_linear = true;
+    }
+    torch::manual_seed(7);
+    llmtrain::peft::add_lora(*model, cfg);
+    EXPECT_EQ(max_abs_diff(logits_of(*model, idx), base), 0) << "B starts at zero: the base's logits";
+    llmtrain::peft::save_lora(*model, cfg, dir + "/start");
+    const int steps = 8;
+    ASSERT_EQ(peer("train " + q(dir + "/base") + " " + q(dir + "/start") + " " + q(dir + "/ids.json") + " " +
+                   std::to_string(steps) + " 0.01 " + q(dir)),
+              0);
+    const auto frozen = snapshot(*model);
+    llmtrain::optim::OptimizerOptions o;
+    o.schedule.lr = 0.01;
+    o.schedule.max_steps = steps;
+    o.grad_clip = 0;
+    llmtrain::optim::MixedPrecisionOptimizer opt(model->module(), o);
+    model->module().eval();  // dropout off, as the peer's
+    std::vector<double> losses;
+    for (int s = 0; s < steps; ++s) {
+      const auto loss = model->loss(idx.narrow(1, 0, idx.size(1) - 1), idx.narrow(1, 1, idx.size(1) - 1), {});
+      losses.push_back(loss.item<double>());
+      opt.scale_loss(loss).backward();
+      opt.step(s);
+    }
+    const auto theirs = nlohmann::json::parse(llmtrain::fs::read_file(dir + "/losses.json")).get<std::vector<double>>();
+    ASSERT_EQ(theirs.size(), losses.size());
+    for (size_t s = 0; s < losses.size(); ++s) EXPECT_NEAR(losses[s], theirs[s], 1e-5) << "step " << s;
+    EXPECT_LT(losses.back(), losses.front() - 0.1) << "the adapter learns";
+    // The trained adapters (and the module to save) are PEFT's, and nothing else moved.
+    const llmtrain::io::SafetensorsFile trained(dir + "/adapter/adapter_model.safetensors");
+    const auto mine = llmtrain::peft::lora_tensors(*model, cfg);
+    ASSERT_EQ(mine.size(), trained.names().size());
+    for (const auto& [name, t] : mine) EXPECT_LT(max_abs_diff(t, trained.get(name)), 1e-4) << name;
+    const auto now = model->module().parameters();
+    for (size_t i = 0; i < now.size(); ++i) {
+      if (!now[i].requires_grad()) {
+        EXPECT_TRUE(torch::equal(now[i], frozen[i]));
+      }
+    }
+    llmtrain::fs::remove_tree(dir);
+  }
+}
+
+TEST(Lora, BadConfigsAreRefusedNamedWithTheModelUntouched) {
+  const std::string dir = make("llama");
+  auto model = llmtrain::io::load_hf_model(dir + "/base");
+  const auto before = snapshot(*model);
+  const auto refused = [&](const std::function<void(llmtrain::peft::LoraConfig&)>& edit, const std::string& message) {
+    llmtrain::peft::LoraConfig cfg;
+    cfg.target_modules = {"q_proj", "v_proj"};
+    edit(cfg);
+    expect_error([&] { llmtrain::peft::add_lora(*model, cfg); }, {message});
+    EXPECT_TRUE(unchanged(*model, before)) << message;
+    for (const auto& p : model->module().parameters()) EXPECT_TRUE(p.requires_grad()) << message;
+  };
+  refused([](auto& c) { c.target_modules = {"c_attn"}; }, "target_modules match no linear layer of the llama model");
+  refused([](auto& c) { c.r = 17; }, "r 17 is larger than layer model.layers.0.self_attn.v_proj (16 x 32): at most 16");
+  refused([](auto& c) { c.modules_to_save = {"lm_head"}; }, "modules_to_save names lm_head, which is no module");
+  llmtrain::peft::LoraConfig cfg;
+  cfg.target_modules = {"q_proj"};
+  llmtrain::peft::add_lora(*model, cfg);
+  expect_error([&] { llmtrain::peft::add_lora(*model, cfg); },
+               {"layer model.layers.0.self_attn.q_proj has an adapter already"});
+  llmtrain::fs::remove_tree(dir);
 }
 
 TEST(Lora, ReadsPeftsOptionsAndMatchesItsTargets) {
