@@ -10,9 +10,7 @@ LinearAdapterImpl* adapter_of(const torch::nn::LinearImpl& layer) {
   return nullptr;
 }
 
-torch::Tensor bias_of(const torch::nn::Linear& layer) {
-  return layer->options.bias() ? layer->bias : torch::Tensor();
-}
+torch::Tensor bias_of(const torch::nn::Linear& layer) { return layer->options.bias() ? layer->bias : torch::Tensor(); }
 
 torch::Tensor linear(const torch::nn::Linear& layer, const torch::Tensor& x) {
   torch::Tensor y = ops::linear(x, layer->weight, bias_of(layer));
