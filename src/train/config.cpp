@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <regex>
 #include <variant>
 
 #include "../core/json.h"
@@ -40,7 +41,8 @@ struct ObjectField {
   std::string* text;  // "" for null
 };
 
-using FieldPtr = std::variant<int64_t*, uint64_t*, double*, bool*, std::string*, ChoiceField, ObjectField>;
+using FieldPtr = std::variant<int64_t*, uint64_t*, double*, bool*, std::string*, std::vector<std::string>*, ChoiceField,
+                              ObjectField>;
 
 struct Field {
   std::string key;  // "train.lr", or "out_dir" at the top
@@ -123,6 +125,28 @@ std::vector<Field> fields(TrainerConfig& c) {
       {"train.bucket_mb", &c.train.bucket_mb, "several ranks: MiB of gradients per all-reduce"},
       {"train.zero", &c.train.zero, "several ranks: shard the optimizer state over them (ZeRO-1)"},
       {"train.quiet", &c.train.quiet, "print nothing while training (metrics.jsonl is still written)"},
+      {"peft.method", choice(&c.peft.method),
+       "none (every parameter trains) or lora (adapters on a frozen base; checkpoints hold the adapters, in "
+       "PEFT's files, and their optimizer state)"},
+      {"peft.r", &c.peft.r, "lora: the adapters' rank"},
+      {"peft.alpha", &c.peft.alpha, "lora: lora_alpha; the adapters' output is scaled by alpha / r"},
+      {"peft.dropout", &c.peft.dropout, "lora: dropout on the adapters' input while training"},
+      {"peft.target_modules", &c.peft.target_modules,
+       "lora: the linear layers adapted, by name or dotted suffix (q_proj, c_attn, ...), or [\"all-linear\"] "
+       "(all but the head); empty: PEFT's default for the family (GPT-2 c_attn; the Llama family q_proj, "
+       "v_proj)"},
+      {"peft.target_regex", &c.peft.target_regex,
+       "lora: in place of target_modules, a regular expression the layers' full names match"},
+      {"peft.use_rslora", &c.peft.use_rslora, "lora: scale by alpha / sqrt(r) (rsLoRA)"},
+      {"peft.modules_to_save", &c.peft.modules_to_save,
+       "lora: modules trained in full beside the adapters and saved with them (e.g. [\"lm_head\"])"},
+      {"peft.init", choice(&c.peft.init),
+       "lora: default (B zero: the run starts as the base), gaussian (A normal with std 1/r, B zero) or "
+       "random (both as linear layers start)"},
+      {"peft.rank_pattern", ObjectField{&c.peft.rank_pattern},
+       "lora: layer-name patterns and their own r (PEFT's rank_pattern); null: none"},
+      {"peft.alpha_pattern", ObjectField{&c.peft.alpha_pattern},
+       "lora: layer-name patterns and their own alpha (PEFT's alpha_pattern); null: none"},
       {"eval.every", &c.eval.every, "steps between evaluations (0: only at the end)"},
       {"eval.batches", &c.eval.batches, "batches of the validation data per evaluation"},
       {"checkpoint.every", &c.checkpoint.every, "steps between checkpoints (0: none, but on a signal)"},
@@ -177,6 +201,13 @@ void assign(const Field& f, const Json& v, const std::string& source) {
         } else if constexpr (std::is_same_v<T, std::string>) {
           if (!v.is_string()) wrong("a string");
           *p = v.get<std::string>();
+        } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+          if (!v.is_array()) wrong("a list of strings");
+          p->clear();
+          for (const auto& e : v) {
+            if (!e.is_string()) wrong("a list of strings");
+            p->push_back(e.get<std::string>());
+          }
         } else if constexpr (std::is_same_v<T, bool>) {
           if (!v.is_boolean()) wrong("true or false");
           *p = v.get<bool>();
@@ -239,6 +270,15 @@ void validate(const TrainerConfig& c, const std::function<std::string(const std:
   check(c.model.config.empty() ? "model.preset" : "model.config", [&] { spec = c.model.spec(); });
   LLMTRAIN_CHECK(c.train.seq_len <= spec.block_size(), from("train.seq_len"), ": train.seq_len ", c.train.seq_len,
                  " exceeds the model's block_size ", spec.block_size());
+  if (c.peft.method == PeftMethod::kLora) {
+    at_least("peft.r", c.peft.r, 1);
+    LLMTRAIN_CHECK(c.peft.dropout >= 0 && c.peft.dropout < 1, from("peft.dropout"),
+                   ": peft.dropout must lie in [0, 1), got ", c.peft.dropout);
+    LLMTRAIN_CHECK(std::isfinite(c.peft.alpha), from("peft.alpha"), ": peft.alpha must be finite");
+    LLMTRAIN_CHECK(c.peft.target_regex.empty() || c.peft.target_modules.empty(), from("peft.target_regex"),
+                   ": peft.target_regex and peft.target_modules are two ways to say the same: set one");
+    check("peft", [&] { c.peft.lora(spec); });
+  }
 }
 
 }  // namespace
@@ -269,6 +309,48 @@ nn::ModelSpec ModelConfig::spec() const {
   }
   s.validate();
   return s;
+}
+
+peft::LoraConfig PeftConfig::lora(const nn::ModelSpec& spec) const {
+  peft::LoraConfig l;
+  l.r = r;
+  l.lora_alpha = alpha;
+  l.lora_dropout = dropout;
+  l.use_rslora = use_rslora;
+  l.modules_to_save = modules_to_save;
+  l.init = init;
+  if (!target_regex.empty()) {
+    try {
+      std::regex check(target_regex);
+    } catch (const std::regex_error&) {
+      LLMTRAIN_CHECK(false, "peft.target_regex \"", target_regex, "\" is not a regular expression");
+    }
+    l.target_regex = target_regex;
+  } else if (target_modules.size() == 1 && target_modules[0] == "all-linear") {
+    l.all_linear = true;
+  } else if (!target_modules.empty()) {
+    l.target_modules = target_modules;
+  } else {  // PEFT's defaults
+    l.target_modules =
+        spec.is_gpt2() ? std::vector<std::string>{"c_attn"} : std::vector<std::string>{"q_proj", "v_proj"};
+  }
+  const auto patterns = [](const std::string& text, const char* key, std::map<std::string, double>& out) {
+    if (text.empty()) return;
+    const Json j = json::parse(text, key);
+    for (const auto& [name, v] : j.items()) {
+      LLMTRAIN_CHECK(v.is_number() && v.get<double>() > 0, "peft.", key, ": ", name,
+                     " must map to a positive number, got ", json::excerpt(v));
+      out[name] = v.get<double>();
+    }
+  };
+  std::map<std::string, double> ranks;
+  patterns(rank_pattern, "rank_pattern", ranks);
+  for (const auto& [name, v] : ranks) {
+    LLMTRAIN_CHECK(v == std::floor(v), "peft.rank_pattern: ", name, " must map to an integer, got ", v);
+    l.rank_pattern[name] = int64_t(v);
+  }
+  patterns(alpha_pattern, "alpha_pattern", l.alpha_pattern);
+  return l;
 }
 
 optim::OptimizerOptions TrainerConfig::optimizer() const {
@@ -380,6 +462,7 @@ std::string TrainerConfig::reference() {
         [&](auto& p) {
           using T = std::remove_pointer_t<std::decay_t<decltype(p)>>;
           type = std::is_same_v<T, ObjectField>                                     ? "object"
+                 : std::is_same_v<T, std::vector<std::string>>                      ? "list of strings"
                  : std::is_same_v<T, std::string> || std::is_same_v<T, ChoiceField> ? "string"
                  : std::is_same_v<T, bool>                                          ? "bool"
                  : std::is_same_v<T, double>                                        ? "number"

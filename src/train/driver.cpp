@@ -61,10 +61,15 @@ int64_t run_training(const TrainerConfig& cfg, const RunOptions& options, std::s
                       : "no checkpoint in %s: starting from step 0\n",
                   cfg.out_dir.c_str());
     if (say) {
+      int64_t trainable = 0;
+      for (const auto& p : trainer.model().module().parameters())
+        if (p.requires_grad()) trainable += p.numel();
+      const std::string lora =
+          cfg.peft.method == PeftMethod::kLora ? " (LoRA: " + std::to_string(trainable) + " trainable)" : std::string();
       std::printf(
-          "%s, %.1fM parameters%s%s; %lld tokens per step (%lld micro-steps%s); "
+          "%s, %.1fM parameters%s%s%s; %lld tokens per step (%lld micro-steps%s); "
           "out_dir %s\n",
-          trainer.model().spec().summary().c_str(), double(trainer.model().num_parameters()) / 1e6,
+          trainer.model().spec().summary().c_str(), double(trainer.model().num_parameters()) / 1e6, lora.c_str(),
           cfg.model.init_from.empty() ? "" : " from ", cfg.model.init_from.c_str(),
           static_cast<long long>(world * trainer.grad_accum_steps() * cfg.train.batch_size * cfg.train.seq_len),
           static_cast<long long>(trainer.grad_accum_steps()),

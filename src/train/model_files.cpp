@@ -12,6 +12,7 @@
 #include "llmtrain/core/error.h"
 #include "llmtrain/io/hf_model.h"
 #include "llmtrain/io/llmc.h"
+#include "llmtrain/peft/lora.h"
 #include "llmtrain/train/checkpointer.h"
 #include "torch_files.h"
 
@@ -164,6 +165,20 @@ void save_hf_model(const std::shared_ptr<nn::CausalLM>& model, const std::string
 std::shared_ptr<nn::CausalLM> load_checkpoint_model(const std::string& path) {
   const std::string dir = checkpoint_dir(path);
   const auto cfg = load_checkpoint_config(dir);
+  if (cfg.peft.method == PeftMethod::kLora) {  // adapters: on their base, merged
+    const std::string& base = cfg.model.init_from;
+    std::shared_ptr<nn::CausalLM> model;
+    if (base.empty()) {  // the run's random base, drawn again as the Trainer drew it
+      torch::manual_seed(cfg.train.seed);
+      model = nn::make_model(cfg.model.spec());
+    } else {
+      LLMTRAIN_CHECK(fs::exists(base), "checkpoint ", dir, " holds LoRA adapters of the base model ", base,
+                     " (its run's model.init_from), which is not there");
+      model = load_model(base);
+    }
+    peft::merge_lora(*model, dir);
+    return model;
+  }
   // The shape comes from state.json: model.pt must be able to hold it before anything is allocated.
   uint64_t bytes = 0;
   ::close(fs::open_regular(dir + "/model.pt", &bytes, "checkpoint"));

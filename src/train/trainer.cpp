@@ -37,6 +37,7 @@
 #include "llmtrain/dist/nccl.h"
 #include "llmtrain/infer/generate.h"
 #include "llmtrain/optim/optimizer.h"
+#include "llmtrain/peft/lora.h"
 #include "llmtrain/tokenizer/tokenizer.h"
 #include "llmtrain/train/checkpointer.h"
 #include "run_folder.h"
@@ -107,14 +108,15 @@ double device_memory(torch::Device device) {
 }
 
 // A lower bound of the memory a run takes: the parameters, their gradients, AdamW's two moments and the
-// bf16-master copies (those two over the ranks with ZeRO-1), and one micro-batch's logits. A config
-// past the device's memory is refused at once, with both figures, rather than failing in an allocation.
+// bf16-master copies (those two over the ranks with ZeRO-1), and one micro-batch's logits; with LoRA
+// the frozen base alone (the adapters are a small part). A config past the device's memory is refused
+// at once, with both figures, rather than failing in an allocation.
 void check_memory(const TrainerConfig& c, const nn::ModelSpec& spec, torch::Device device, int world) {
   const double params = double(spec.stored_parameters());
   const bool master = c.train.precision == optim::Precision::kBF16Master,
-             low = c.train.precision != optim::Precision::kFP32;
-  const double weights = params * (master ? 2 + 2 : 4 + 4);  // the parameters and their gradients
-  const double optimizer = params * (master ? 8 + 4 : 8) / (c.train.zero ? world : 1);
+             low = c.train.precision != optim::Precision::kFP32, full = c.peft.method == PeftMethod::kNone;
+  const double weights = params * (master ? 2 : 4) * (full ? 2 : 1);  // the parameters and their gradients
+  const double optimizer = full ? params * (master ? 8 + 4 : 8) / (c.train.zero ? world : 1) : 0.0;
   const double logits =
       double(c.train.batch_size) * double(c.train.seq_len) * double(spec.logits_width()) * (low ? 2 : 4);
   const double need = weights + optimizer + logits, have = device_memory(device);
@@ -174,7 +176,7 @@ void check_resumed_config(const TrainerConfig& was, const TrainerConfig& now, co
                         key == "train.batch_size" || key == "train.seq_len" || key == "train.total_batch_tokens" ||
                         key == "train.lr" || key == "train.min_lr_frac" || key == "train.warmup_steps" ||
                         key == "train.schedule" || key == "train.precision" || key == "train.rounding" ||
-                        key == "train.seed" || (key == "train.max_steps" && !constant);
+                        key == "train.seed" || (key == "train.max_steps" && !constant) || key.rfind("peft.", 0) == 0;
     (breaks ? refused : changed) += "\n  " + key + ": " + json::excerpt(x) + " -> " + json::excerpt(y);
   }
   LLMTRAIN_CHECK(refused.empty(), "cannot resume ", dir, " exactly: these keys differ from the checkpoint's run",
@@ -191,6 +193,7 @@ struct Trainer::Impl {
   torch::Device device = torch::kCPU;
   nn::ModelSpec spec = nn::GPT2Config();  // cfg.model's
   std::shared_ptr<nn::CausalLM> model;
+  std::optional<peft::LoraConfig> lora;  // peft.method lora: the adapters trained, alone in the checkpoints
   std::unique_ptr<optim::MixedPrecisionOptimizer> opt;
   std::unique_ptr<dist::DataParallel> dp;  // several ranks
   std::unique_ptr<tokenizer::Tokenizer> tok;
@@ -458,6 +461,11 @@ Trainer::Trainer(TrainerConfig config, std::shared_ptr<dist::Communicator> comm)
   torch::manual_seed(c.train.seed);
   d.model = nn::make_model(d.spec);
   if (!c.model.init_from.empty()) d.load_initial_weights(c.model.init_from);
+  if (c.peft.method == PeftMethod::kLora) {  // drawn after the base, from the seeded generator
+    d.lora = c.peft.lora(d.spec);
+    d.lora->base_model = c.model.init_from;
+    peft::add_lora(*d.model, *d.lora);
+  }
   d.model->module().to(d.device);
   d.opt = std::make_unique<optim::MixedPrecisionOptimizer>(d.model->module(), c.optimizer());
   LLMTRAIN_CHECK(!c.train.zero || d.comm, "train.zero shards the optimizer over data-parallel ranks, and this run ",
@@ -637,7 +645,9 @@ void Trainer::save_checkpoint() {
       if (masters) detail::save_torch(d.opt->master_params(), dir + "/" + shard_file("master", d.rank));
     };
   parts.shared = [&](const std::string& dir) {
-    detail::save_torch(d.model->module().shared_from_this(), dir + "/model.pt");
+    // LoRA: the adapters as PEFT's folder (the base is model.init_from's), exactly as trained.
+    if (d.lora) peft::write_lora_files(*d.model, *d.lora, dir);
+    else detail::save_torch(d.model->module().shared_from_this(), dir + "/model.pt");
     if (!sharded) {
       detail::save_torch(d.opt->adamw(), dir + "/optimizer.pt");
       if (masters) detail::save_torch(d.opt->master_params(), dir + "/master.pt");
@@ -695,10 +705,14 @@ bool Trainer::resume_if_possible() {
   check_resumed_config(TrainerConfig::parse(state.config, "checkpoint " + dir + "/state.json's config"), d.cfg, dir,
                        d.rank == 0 && !d.cfg.train.quiet);
   const auto load = [&](const std::string& file, auto&& body) { detail::load_part(dir, file, body); };
-  load("model.pt", [&](const std::string& p) {
-    auto module = d.model->module().shared_from_this();
-    torch::load(module, p);
-  });
+  if (d.lora) {
+    load("adapter_model.safetensors", [&](const std::string&) { peft::read_lora_weights(*d.model, dir); });
+  } else {
+    load("model.pt", [&](const std::string& p) {
+      auto module = d.model->module().shared_from_this();
+      torch::load(module, p);
+    });
+  }
   if (sharded) d.dp->load_shard_values();  // the slices' values (fp32: the masters) from the loaded weights
   const std::string opt_file = sharded ? shard_file("optimizer", d.rank) : "optimizer.pt",
                     master_file = sharded ? shard_file("master", d.rank) : "master.pt";

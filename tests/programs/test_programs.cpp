@@ -19,6 +19,7 @@
 #include "llmtrain/infer/generate.h"
 #include "llmtrain/io/hf_model.h"
 #include "llmtrain/tokenizer/hf_tokenizer.h"
+#include "llmtrain/train/model_files.h"
 #include "llmtrain/train/trainer.h"
 #include "programs/programs.h"
 
@@ -308,4 +309,50 @@ TEST(Programs, APeftAdapterMergedByConvertAndGenerate) {
                  {"PEFT adapter folder " + t.path + "/base: no adapter_config.json"},
                  "convert --adapter of a model folder");
   EXPECT_FALSE(fs::exists(t.path + "/other")) << "nothing written for a refused adapter";
+}
+
+// finetune with LoRA from a Hugging Face folder: its checkpoint is a PEFT adapter folder that PEFT
+// reads onto the same base with the logits llmtrain's merged checkpoint gives, and generate takes it.
+TEST(Programs, ALoraFineTuneOfAHuggingFaceFolderIsAPeftAdapter) {
+  llmtrain::testing::TempDir t;
+  const std::string peer = "'" + llmtrain::testing::test_python() + "' '" + llmtrain::testing::test_source_dir() +
+                           "/tests/python/peft_peer.py' ";
+  ASSERT_EQ(llmtrain::testing::run_command(peer + "make llama '" + t.path + "' > /dev/null 2>&1"), 0);
+  std::mt19937 rng(3);
+  std::vector<int32_t> tokens(4096);
+  for (size_t i = 0; i < tokens.size(); ++i)
+    tokens[i] = i % 32 == 0 ? int32_t(rng() % 96) : (tokens[i - 1] * 5 + 1) % 96;
+  llmtrain::data::write_shard(t.path + "/train_000000.bin", tokens, 96);
+  const std::string run_dir = t.path + "/run";
+  std::ofstream(t.path + "/lora.json") << nlohmann::json{
+      {"data", {{"train", t.path + "/train_*.bin"}}},
+      {"train", {{"batch_size", 4}, {"seq_len", 32}, {"max_steps", 6}, {"lr", 1e-2}}},
+      {"peft", {{"method", "lora"}, {"r", 4}, {"alpha", 8}, {"target_modules", {"all-linear"}}}},
+      {"eval", {{"batches", 1}}},
+      {"checkpoint", {{"every", 6}}},
+      {"device", "cpu"},
+      {"out_dir", run_dir}};
+  const auto tuned = run({"finetune", "--from", t.path + "/base", "--config", t.path + "/lora.json"});
+  expect_ok(tuned, "finetune with peft.method lora");
+  // r 4 on 2 layers: q and o 4 x (32 + 32), k and v 4 x (32 + 16), gate, up and down 4 x (32 + 48) each
+  EXPECT_THAT(tuned.output, HasSubstr("(LoRA: 3712 trainable)"));
+  const std::string ckpt = run_dir + "/checkpoints/step_00000006";
+  EXPECT_FALSE(fs::exists(ckpt + "/model.pt")) << "the base is not copied into the checkpoints";
+  ASSERT_EQ(llmtrain::testing::run_command(peer + "logits '" + t.path + "/base' '" + ckpt + "' '" + t.path +
+                                           "/ids.json' '" + t.path + "/peft.bin' > /dev/null 2>&1"),
+            0);
+  const auto idx = llmtrain::testing::ids_file(t.path + "/ids.json");
+  const auto model = llmtrain::train::load_checkpoint_model(run_dir);  // the base with the adapters merged
+  model->module().eval();
+  torch::NoGradGuard no_grad;
+  const auto logits = model->logits(idx).contiguous();
+  const auto want = llmtrain::testing::floats_file(t.path + "/peft.bin", logits.sizes());
+  EXPECT_LT((logits - want).abs().max().item<double>(), 1e-5 * std::max(1.0, want.abs().max().item<double>()));
+  const auto base = llmtrain::io::load_hf_model(t.path + "/base");
+  base->module().eval();
+  EXPECT_GT((base->logits(idx) - want).abs().max().item<double>(), 1e-3) << "the adapters changed the model";
+  const auto generated = run({"generate", "--checkpoint", run_dir, "--prompt-ids", "[1, 2, 3]", "--max-new-tokens", "4",
+                              "--temperature", "0", "--stop-ids", "[]", "--format", "ids", "--device", "cpu"});
+  expect_ok(generated, "generate --checkpoint of a LoRA run");
+  EXPECT_EQ(ids_of(generated).size(), 4u);
 }

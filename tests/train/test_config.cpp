@@ -210,3 +210,33 @@ TEST(TrainerConfig, TheExampleConfigsParse) {
   const auto demo = TrainerConfig::load(dir + "demo_cpu.json");
   EXPECT_EQ(demo.model.spec().gpt2().vocab_size(), 4096);  // the demo's SentencePiece vocabulary
 }
+
+// The peft section: LoRA's keys become PEFT's adapter config, with PEFT's default targets per family,
+// and bad values are named.
+TEST(TrainerConfig, PeftKeysDescribeTheAdapter) {
+  const auto none = TrainerConfig::parse("{}", "a.json");
+  EXPECT_EQ(none.peft.method, llmtrain::train::PeftMethod::kNone);
+  const auto lora = TrainerConfig::parse(
+      R"({"peft": {"method": "lora", "r": 16, "alpha": 32, "use_rslora": true, "rank_pattern": {"down_proj": 4}}})",
+      "a.json");
+  const auto gpt2 = lora.peft.lora(lora.model.spec());
+  EXPECT_EQ(gpt2.target_modules, std::vector<std::string>{"c_attn"});
+  EXPECT_EQ(gpt2.r, 16);
+  EXPECT_DOUBLE_EQ(gpt2.scaling_of("x.q_proj"), 32 / 4.0);
+  EXPECT_EQ(gpt2.rank_of("model.layers.0.mlp.down_proj"), 4);
+  const auto llama = lora.peft.lora(llmtrain::nn::ModelSpec::preset("llama-tiny"));
+  EXPECT_EQ(llama.target_modules, (std::vector<std::string>{"q_proj", "v_proj"}));
+  const auto all = TrainerConfig::parse("{}", "a.json", {"peft.method=lora", R"(peft.target_modules=["all-linear"])"});
+  EXPECT_TRUE(all.peft.lora(all.model.spec()).all_linear);
+  const auto bad = [](const std::vector<std::string>& sets, const std::string& message) {
+    expect_error([&] { TrainerConfig::parse("{}", "a.json", sets); }, {message});
+  };
+  bad({"peft.method=qlora"}, "peft.method must be none or lora: method \"qlora\" is none of them");
+  bad({"peft.method=lora", "peft.r=0"}, "peft.r must be at least 1, got 0");
+  bad({"peft.method=lora", "peft.dropout=1"}, "peft.dropout must lie in [0, 1), got 1");
+  bad({"peft.method=lora", "peft.target_regex=.*q", R"(peft.target_modules=["v_proj"])"},
+      "peft.target_regex and peft.target_modules are two ways to say the same: set one");
+  bad({"peft.method=lora", "peft.target_regex=(["}, "peft.target_regex \"([\" is not a regular expression");
+  bad({"peft.method=lora", R"(peft.rank_pattern={"q_proj": 2.5})"}, "peft.rank_pattern: q_proj must map to an integer");
+  bad({"peft.target_modules=q_proj"}, "peft.target_modules must be a list of strings, got \"q_proj\"");
+}

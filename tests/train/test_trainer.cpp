@@ -267,6 +267,56 @@ TEST(Trainer, LlamaFamilyModelsTrainAndResumeExactly) {
   }
 }
 
+// LoRA on a frozen base (GPT-2 in fp32 and in bf16-master, Llama on every linear layer): the base
+// never moves, the checkpoints hold the adapters as PEFT's files (no model.pt) and resume to the bit,
+// and a checkpoint loads as its base with the adapters merged.
+TEST(Trainer, LoraTrainsAFrozenBaseAndResumesExactly) {
+  for (const std::string which : {"gpt2", "gpt2 bf16-master", "llama"}) {
+    SCOPED_TRACE(which);
+    RunFolder run;
+    std::vector<std::string> sets = {"peft.method=lora",   "peft.r=4",     "peft.alpha=8", "train.max_steps=12",
+                                     "checkpoint.every=6", "eval.every=6", "train.lr=1e-2"};
+    if (which == "llama") {
+      sets.insert(sets.end(),
+                  {"model.preset=llama-tiny", "model.vocab_size=8192", "peft.target_modules=[\"all-linear\"]"});
+    }
+    if (which == "gpt2 bf16-master") sets.push_back("train.precision=bf16-master");
+    Trainer full(run.config("full", sets));
+    std::vector<torch::Tensor> before;  // every parameter as it starts
+    for (const auto& p : full.model().module().named_parameters()) {
+      before.push_back(p.value().detach().clone());
+      EXPECT_EQ(p.value().requires_grad(), p.key().find(".adapter.lora_") != std::string::npos) << p.key();
+    }
+    const auto expected = run_losses(full);
+    ASSERT_EQ(expected.size(), 12u);
+    // The adapters moved (B from zero), the base did not. (That they learn as PEFT's do: test_lora.cpp.)
+    const auto after = full.model().module().parameters();
+    for (size_t i = 0; i < after.size(); ++i) EXPECT_EQ(torch::equal(after[i], before[i]), !after[i].requires_grad());
+    const std::string ckpt = run.dir.path + "/full/checkpoints/step_00000012";
+    EXPECT_TRUE(llmtrain::fs::exists(ckpt + "/adapter_config.json"));
+    EXPECT_TRUE(llmtrain::fs::exists(ckpt + "/adapter_model.safetensors"));
+    EXPECT_FALSE(llmtrain::fs::exists(ckpt + "/model.pt"));
+    const auto rest = resumed_losses(run, sets, 6);
+    ASSERT_EQ(rest.size(), 6u);
+    for (size_t s = 0; s < rest.size(); ++s) EXPECT_EQ(rest[s], expected[6 + s]) << "step " << 7 + s;  // bitwise
+    // The checkpoint loads as the seeded base with its adapters merged: the trained model's logits.
+    const auto loaded = llmtrain::train::load_checkpoint_model(ckpt);
+    const auto idx = torch::randint(4099, {2, 16}, torch::kLong);
+    torch::NoGradGuard no_grad;
+    full.model().module().eval();
+    loaded->module().eval();
+    const auto want = full.model().logits(idx).to(torch::kFloat);
+    if (which == "gpt2 bf16-master") loaded->module().to(torch::kBFloat16);
+    EXPECT_LT(llmtrain::testing::max_abs_diff(loaded->logits(idx).to(torch::kFloat), want),
+              which == "gpt2 bf16-master" ? 0.1 : 1e-4);
+    // The adapter settings are part of what a resume must keep.
+    auto changed = sets;
+    changed[1] = "peft.r=8";
+    Trainer other(run.config("split", changed));
+    expect_error([&] { other.resume_if_possible(); }, {"peft.r: 4 -> 8"});
+  }
+}
+
 // The same in fp16, whose loss scale and count of good steps are part of the state, and in
 // bf16 autocast: the resumed steps' losses bitwise, and in fp16 the same scale step by step.
 TEST(Trainer, ResumeIsExactInFp16AndBf16) {

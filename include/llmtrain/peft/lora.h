@@ -16,48 +16,9 @@
 #include "llmtrain/core/fs.h"
 #include "llmtrain/nn/adapter.h"
 #include "llmtrain/nn/causal_lm.h"
+#include "llmtrain/peft/lora_config.h"
 
 namespace llmtrain::peft {
-
-/// How fresh adapters start (PEFT's init_lora_weights): A as a linear layer's default (uniform within
-/// 1/sqrt(in)) and B zero, so the model starts as the base (true, the default); A normal with std 1/r
-/// and B zero ("gaussian"); both as linear layers' defaults (false: the model starts changed).
-enum class LoraInit { kDefault, kGaussian, kRandom };
-
-/// What adapter_config.json says of a LoRA adapter, in PEFT's terms. Options llmtrain does not
-/// implement (DoRA, trained biases, layer selection, ...) are refused when it is read, by key.
-///   auto cfg = llmtrain::peft::read_lora_config("my-adapter");
-struct LoraConfig {
-  int64_t r = 8;
-  double lora_alpha = 8;
-  double lora_dropout = 0;
-  bool use_rslora = false;  // scaling alpha / sqrt(r) instead of alpha / r
-  /// The layers adapted, PEFT's way: a list of names (a layer whose full name is one, or ends in "." and
-  /// one), a regular expression the full name must match (target_regex), or every linear layer but the
-  /// output head (all_linear).
-  std::vector<std::string> target_modules;
-  std::string target_regex;
-  bool all_linear = false;
-  std::map<std::string, int64_t> rank_pattern;  // a layer name's pattern -> its r
-  std::map<std::string, double> alpha_pattern;  // ... -> its lora_alpha
-  std::vector<std::string> modules_to_save;     // layers trained in full, stored whole in the adapter
-  std::string base_model;                       // base_model_name_or_path, as written
-  LoraInit init = LoraInit::kDefault;
-
-  /// True when PEFT would adapt the linear layer `name` (its full name, e.g. model.layers.0.self_attn.q_proj).
-  bool targets(const std::string& name, bool is_output_head) const;
-  /// The r and the scaling of layer `name` (rank_pattern and alpha_pattern applied).
-  int64_t rank_of(const std::string& name) const;
-  double scaling_of(const std::string& name) const;
-};
-
-/// `cfg` as PEFT's adapter_config.json (task CAUSAL_LM; fan_in_fan_out for GPT-2, whose layers
-/// transformers keeps as Conv1D).
-std::string lora_config_json(const LoraConfig& cfg, bool gpt2);
-
-/// adapter_config.json of the folder `dir`. Throws llmtrain::Error naming the file and the key for a
-/// peft_type other than LORA and for options llmtrain does not implement.
-LoraConfig read_lora_config(const std::string& dir);
 
 /// PEFT's lora.Linear as nn's adapter: scaling * lora_B(lora_A(dropout(x))).
 class LoraAdapterImpl : public nn::LinearAdapterImpl {
@@ -90,6 +51,14 @@ LoraConfig load_lora(nn::CausalLM& model, const std::string& dir);
 /// The adapters' tensors and those of modules_to_save under PEFT's names (base_model.model.<layer>.
 /// lora_A.weight, ...; GPT-2's Conv1D weights of modules to save as (in, out)), on the CPU, contiguous.
 std::vector<std::pair<std::string, torch::Tensor>> lora_tensors(nn::CausalLM& model, const LoraConfig& cfg);
+
+/// save_lora's two files, written into the existing folder `dir` (a checkpoint's, as it is made).
+void write_lora_files(nn::CausalLM& model, const LoraConfig& cfg, const std::string& dir);
+
+/// The weights in the PEFT folder `dir` into the adapters `model` has (and its modules_to_save), as they
+/// were saved: resuming a LoRA run. Throws llmtrain::Error naming the file and the tensor for a layer
+/// without an adapter, a tensor missing or of another shape, before anything changes.
+void read_lora_weights(nn::CausalLM& model, const std::string& dir);
 
 /// Writes the model's adapters and `cfg` as a PEFT adapter folder `dir` (adapter_config.json and
 /// adapter_model.safetensors), whole or not at all (fs::write_dir_atomic).

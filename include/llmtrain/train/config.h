@@ -1,8 +1,7 @@
-// A training run's configuration: one JSON file with sections model, data, tokenizer, train, eval,
-// checkpoint and sample, plus out_dir and device, and "--set section.key=value" overrides on top. Unknown keys and
-// values of the wrong type are errors that name the key and where it came from. The keys that choose
-// among words (precision, schedule, rounding, data format, shuffle unit, device) are held as enums
-// (Choice), read once here.
+// A training run's configuration: one JSON file with sections model, data, tokenizer, train, peft,
+// eval, checkpoint and sample, plus out_dir and device, and "--set section.key=value" overrides on top. Unknown keys
+// and values of the wrong type are errors that name the key and where it came from. The keys that choose among words
+// (precision, schedule, rounding, data format, shuffle unit, device) are held as enums (Choice), read once here.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +15,7 @@
 #include "llmtrain/data/shuffle_unit.h"
 #include "llmtrain/nn/model_spec.h"
 #include "llmtrain/optim/options.h"
+#include "llmtrain/peft/lora_config.h"
 #include "llmtrain/tokenizer/tokenizer.h"
 
 namespace llmtrain::train {
@@ -92,6 +92,31 @@ struct TrainConfig {
   bool quiet = false;      // no progress line, samples or messages (metrics.jsonl is still written)
 };
 
+/// How a run fine-tunes: all parameters (none), or LoRA adapters on a frozen base (lora).
+enum class PeftMethod { kNone, kLora };
+
+inline const ChoiceNames<PeftMethod>& choice_names(PeftMethod) {
+  static const ChoiceNames<PeftMethod> names{{PeftMethod::kNone, "none"}, {PeftMethod::kLora, "lora"}};
+  return names;
+}
+
+/// The adapters of a parameter-efficient run, in PEFT's terms (peft/lora_config.h).
+struct PeftConfig {
+  Choice<PeftMethod> method = PeftMethod::kNone;
+  int64_t r = 8;
+  double alpha = 16;
+  double dropout = 0.0;
+  std::vector<std::string> target_modules;  // empty: PEFT's default for the family; ["all-linear"]: every
+                                            // linear layer but the head
+  std::string target_regex;                 // in place of target_modules: the layers whose full name matches
+  bool use_rslora = false;
+  std::vector<std::string> modules_to_save;
+  Choice<peft::LoraInit> init = peft::LoraInit::kDefault;
+  std::string rank_pattern, alpha_pattern;  // JSON objects' text (a name's pattern -> its r or alpha); "": none
+  /// The adapter these keys describe on a model of `spec`. Throws llmtrain::Error naming the key.
+  peft::LoraConfig lora(const nn::ModelSpec& spec) const;
+};
+
 struct EvalConfig {
   int64_t every = 0;  // steps; 0: only at the end
   int64_t batches = 20;
@@ -117,6 +142,7 @@ struct TrainerConfig {
   DataConfig data;
   TokenizerConfig tokenizer;
   TrainConfig train;
+  PeftConfig peft;
   EvalConfig eval;
   CheckpointConfig checkpoint;
   SampleConfig sample;
