@@ -21,128 +21,17 @@
 //   build/bin/bench_train --batch 16 --batch 32 --steps 20 [--eager] [--sync] [--dp] [--without layer_norm] [--with
 //   mlp]
 //   build/bin/bench_train --model llama-3.2-1b --seq 2048 --batch 4 --hf
-#include <c10/cuda/CUDACachingAllocator.h>
-#include <cuda_profiler_api.h>
 #include <llmtrain/llmtrain.h>
 #include <torch/cuda.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
 #include "peer.h"
-
-namespace {
-
-struct Row {
-  std::string name;
-  int64_t batch;
-  double ms_per_step, tokens_per_s, mfu, peak_gib, loss;
-};
-
-// The ops whose kernels are on by default, read before any row changes them.
-const std::vector<std::string>& default_ops() {
-  static const std::vector<std::string> on = [] {
-    std::vector<std::string> v;
-    for (const auto& op : llmtrain::ops::cuda_kernel_names())
-      if (llmtrain::ops::cuda_kernel_enabled(op)) v.push_back(op);
-    return v;
-  }();
-  return on;
-}
-
-// How a row trains.
-struct Variant {
-  std::string name;
-  bool kernels = true;  // llmtrain's CUDA kernels (false: every op on ATen)
-  llmtrain::optim::Precision precision = llmtrain::optim::Precision::kBF16Master;
-  bool sync = false;          // read each step's loss before queueing the next
-  bool graph = false;         // the forward and backward as a CUDA graph
-  std::string without, with;  // one op off, or one default-off op on
-  bool dp = false;            // through DataParallel over a one-rank NcclCommunicator
-  bool zero = false;          // and ZeRO-1 (its one shard: every parameter)
-};
-
-Row run(const Variant& v, const llmtrain::nn::ModelSpec& spec, int64_t B, int64_t T, int steps, int warmup,
-        double peak_flops) {
-  llmtrain::ops::set_cuda_kernels_enabled(v.kernels);
-  for (const auto& op : llmtrain::ops::cuda_kernel_names()) {
-    const bool on = std::find(default_ops().begin(), default_ops().end(), op) != default_ops().end();
-    llmtrain::ops::set_cuda_kernel_enabled(op, (on && op != v.without) || op == v.with);
-  }
-  torch::manual_seed(1337);
-  const auto model = llmtrain::nn::make_model(spec);
-  model->module().to(torch::kCUDA);
-  llmtrain::optim::OptimizerOptions o;
-  o.schedule.lr = 6e-4;
-  o.precision = v.precision;
-  o.stochastic_rounding = v.kernels;  // the plain LibTorch rows round their bf16 copies to nearest
-  llmtrain::optim::MixedPrecisionOptimizer opt(model->module(), o);
-  const auto idx =
-      torch::randint(spec.vocab_size(), {B, T + 1}, torch::TensorOptions().dtype(torch::kLong).device(torch::kCUDA));
-  const auto inputs = idx.narrow(1, 0, T).contiguous(), targets = idx.narrow(1, 1, T).contiguous();
-  const auto micro_step = [&](const torch::Tensor& x, const torch::Tensor& y) {
-    torch::Tensor l;
-    {
-      llmtrain::optim::AutocastScope amp(torch::kCUDA, v.precision);
-      l = model->loss(x, y, {});
-    }
-    l.backward();
-    return l.detach();
-  };
-  std::unique_ptr<llmtrain::dist::DataParallel> dp;
-  if (v.dp) {
-    const auto comm = llmtrain::dist::NcclCommunicator::create(nullptr, torch::Device(torch::kCUDA, 0));
-    llmtrain::dist::DataParallelOptions dpo;
-    dpo.shard_optimizer = v.zero;
-    dp = std::make_unique<llmtrain::dist::DataParallel>(model->module().parameters(), comm, dpo);
-    if (v.zero) llmtrain::train::shard_optimizer(opt, *dp, comm);
-  }
-  std::unique_ptr<llmtrain::train::GraphedStep> graph;
-  if (v.graph) graph = std::make_unique<llmtrain::train::GraphedStep>(model->module().parameters(), micro_step);
-  c10::cuda::CUDACachingAllocator::emptyCache();
-  c10::cuda::CUDACachingAllocator::resetPeakStats(0);
-  double loss = 0;
-  llmtrain::HostCopy pending_loss;
-  const auto step = [&](int64_t s) {
-    if (dp) dp->zero_grad();
-    const torch::Tensor l = graph ? graph->run(inputs, targets, /*first=*/true) : micro_step(inputs, targets);
-    if (dp) dp->finish();
-    if (!v.sync) {  // as the Trainer: the previous step's loss and norm, read once this step's work is queued
-      if (pending_loss.defined()) loss = pending_loss.get().item<double>();
-      model->check_inputs(/*wait=*/false);
-      opt.queue_step(s);
-      pending_loss = llmtrain::HostCopy(l);
-      return;
-    }
-    opt.step(s);
-    loss = l.item<double>();  // read before the next step is queued: the device waits for the host
-    model->check_inputs(/*wait=*/true);
-  };
-  for (int s = 0; s < warmup; ++s) step(s);
-  torch::cuda::synchronize();
-  cudaProfilerStart();  // profilers started with --profile-from-start off see the timed steps alone
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int s = 0; s < steps; ++s) step(warmup + s);
-  torch::cuda::synchronize();
-  cudaProfilerStop();
-  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps;
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
-  Row r;
-  r.name = v.name;
-  r.batch = B;
-  r.ms_per_step = sec * 1e3;
-  r.tokens_per_s = double(B * T) / sec;
-  r.mfu = peak_flops > 0 ? r.tokens_per_s * model->flops_per_token(T) / peak_flops : 0;
-  r.peak_gib = double(stats.allocated_bytes[size_t(c10::CachingAllocator::StatType::AGGREGATE)].peak) / (1 << 30);
-  r.loss = loss;
-  return r;
-}
-
-}  // namespace
+#include "train_rows.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Training steps of a model preset: llmtrain's fused path against plain LibTorch and transformers"};
@@ -178,13 +67,14 @@ int main(int argc, char** argv) {
                "(and eagerly without)");
   CLI11_PARSE(app, argc, argv);
   if (batches.empty()) batches = {16, 32};
-  default_ops();  // before any row switches kernels
+  bench::default_ops();  // before any row switches kernels
   if (!torch::cuda::is_available()) {
     std::fprintf(stderr, "bench_train: needs a CUDA device\n");
     return 1;
   }
+  using bench::Variant;
   using llmtrain::optim::Precision;
-  std::vector<Row> rows;
+  std::vector<bench::Row> rows;
   try {
     const auto wanted = [&](const std::string& p) {
       return paths.empty() || std::find(paths.begin(), paths.end(), p) != paths.end();
@@ -194,7 +84,7 @@ int main(int argc, char** argv) {
     LLMTRAIN_CHECK(T <= spec.block_size(), "--seq ", T, " is longer than ", model_name, "'s block_size ",
                    spec.block_size());
     for (int64_t B : batches) {
-      const auto add = [&](const Variant& v) { rows.push_back(run(v, spec, B, T, steps, warmup, peak)); };
+      const auto add = [&](const Variant& v) { rows.push_back(bench::run(v, spec, B, T, steps, warmup, peak)); };
       if (wanted("libtorch")) add({"libtorch", false, Precision::kBF16, /*sync=*/true});
       if (wanted("libtorch-bf16w")) add({"libtorch-bf16w", false, Precision::kBF16Master, /*sync=*/true});
       if (wanted("llmtrain")) add({"llmtrain", true, Precision::kBF16Master, false, /*graph=*/true});

@@ -9,11 +9,10 @@ the last loss.
 """
 import json
 import sys
-import time
 
 import torch
 
-from hf_models import build
+from hf_models import build, time_steps
 
 
 def measure(name: str, batch: int, seq: int, steps: int, warmup: int, compiled: bool) -> dict:
@@ -32,19 +31,10 @@ def measure(name: str, batch: int, seq: int, steps: int, warmup: int, compiled: 
         opt.zero_grad(set_to_none=True)
         return loss.item()
 
-    for _ in range(warmup):
-        step()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    start = time.perf_counter()
-    for _ in range(steps):
-        loss = step()
-    torch.cuda.synchronize()
-    seconds = (time.perf_counter() - start) / steps
-    peak = torch.cuda.max_memory_allocated() / 2**30
+    result = time_steps(step, steps, warmup)
     del model, opt, forward
     torch.cuda.empty_cache()
-    return {"seconds_per_step": seconds, "peak_gib": peak, "loss": loss}
+    return result
 
 
 def main(name: str, batch: str, seq: str, steps: str, warmup: str) -> None:

@@ -1,0 +1,129 @@
+// What bench_train and bench_finetune share: one row's training steps on the GPU, timed. The row builds
+// the model (random weights, seeded) and the optimizer afresh, optionally puts LoRA adapters on it (a
+// frozen base), runs warm-up steps, then times whole optimizer steps (forward, backward, clipping,
+// AdamW, the logged loss read back) on random tokens, and reads the allocator's peak.
+#pragma once
+
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <cuda_profiler_api.h>
+#include <llmtrain/llmtrain.h>
+#include <torch/cuda.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace bench {
+
+struct Row {
+  std::string name;
+  int64_t batch;
+  double ms_per_step, tokens_per_s, mfu, peak_gib, loss;
+};
+
+// The ops whose kernels are on by default, read before any row changes them.
+inline const std::vector<std::string>& default_ops() {
+  static const std::vector<std::string> on = [] {
+    std::vector<std::string> v;
+    for (const auto& op : llmtrain::ops::cuda_kernel_names())
+      if (llmtrain::ops::cuda_kernel_enabled(op)) v.push_back(op);
+    return v;
+  }();
+  return on;
+}
+
+// How a row trains.
+struct Variant {
+  std::string name;
+  bool kernels = true;  // llmtrain's CUDA kernels (false: every op on ATen)
+  llmtrain::optim::Precision precision = llmtrain::optim::Precision::kBF16Master;
+  bool sync = false;          // read each step's loss before queueing the next
+  bool graph = false;         // the forward and backward as a CUDA graph
+  std::string without, with;  // one op off, or one default-off op on
+  bool dp = false;            // through DataParallel over a one-rank NcclCommunicator
+  bool zero = false;          // and ZeRO-1 (its one shard: every parameter)
+  std::optional<llmtrain::peft::LoraConfig> lora;  // adapters on a frozen base
+};
+
+inline Row run(const Variant& v, const llmtrain::nn::ModelSpec& spec, int64_t B, int64_t T, int steps, int warmup,
+        double peak_flops) {
+  llmtrain::ops::set_cuda_kernels_enabled(v.kernels);
+  for (const auto& op : llmtrain::ops::cuda_kernel_names()) {
+    const bool on = std::find(default_ops().begin(), default_ops().end(), op) != default_ops().end();
+    llmtrain::ops::set_cuda_kernel_enabled(op, (on && op != v.without) || op == v.with);
+  }
+  torch::manual_seed(1337);
+  const auto model = llmtrain::nn::make_model(spec);
+  if (v.lora) llmtrain::peft::add_lora(*model, *v.lora);
+  model->module().to(torch::kCUDA);
+  llmtrain::optim::OptimizerOptions o;
+  o.schedule.lr = 6e-4;
+  o.precision = v.precision;
+  o.stochastic_rounding = v.kernels;  // the plain LibTorch rows round their bf16 copies to nearest
+  llmtrain::optim::MixedPrecisionOptimizer opt(model->module(), o);
+  const auto idx =
+      torch::randint(spec.vocab_size(), {B, T + 1}, torch::TensorOptions().dtype(torch::kLong).device(torch::kCUDA));
+  const auto inputs = idx.narrow(1, 0, T).contiguous(), targets = idx.narrow(1, 1, T).contiguous();
+  const auto micro_step = [&](const torch::Tensor& x, const torch::Tensor& y) {
+    torch::Tensor l;
+    {
+      llmtrain::optim::AutocastScope amp(torch::kCUDA, v.precision);
+      l = model->loss(x, y, {});
+    }
+    l.backward();
+    return l.detach();
+  };
+  std::unique_ptr<llmtrain::dist::DataParallel> dp;
+  if (v.dp) {
+    const auto comm = llmtrain::dist::NcclCommunicator::create(nullptr, torch::Device(torch::kCUDA, 0));
+    llmtrain::dist::DataParallelOptions dpo;
+    dpo.shard_optimizer = v.zero;
+    dp = std::make_unique<llmtrain::dist::DataParallel>(model->module().parameters(), comm, dpo);
+    if (v.zero) llmtrain::train::shard_optimizer(opt, *dp, comm);
+  }
+  std::unique_ptr<llmtrain::train::GraphedStep> graph;
+  if (v.graph) graph = std::make_unique<llmtrain::train::GraphedStep>(model->module().parameters(), micro_step);
+  c10::cuda::CUDACachingAllocator::emptyCache();
+  c10::cuda::CUDACachingAllocator::resetPeakStats(0);
+  double loss = 0;
+  llmtrain::HostCopy pending_loss;
+  const auto step = [&](int64_t s) {
+    if (dp) dp->zero_grad();
+    const torch::Tensor l = graph ? graph->run(inputs, targets, /*first=*/true) : micro_step(inputs, targets);
+    if (dp) dp->finish();
+    if (!v.sync) {  // as the Trainer: the previous step's loss and norm, read once this step's work is queued
+      if (pending_loss.defined()) loss = pending_loss.get().item<double>();
+      model->check_inputs(/*wait=*/false);
+      opt.queue_step(s);
+      pending_loss = llmtrain::HostCopy(l);
+      return;
+    }
+    opt.step(s);
+    loss = l.item<double>();  // read before the next step is queued: the device waits for the host
+    model->check_inputs(/*wait=*/true);
+  };
+  for (int s = 0; s < warmup; ++s) step(s);
+  torch::cuda::synchronize();
+  cudaProfilerStart();  // profilers started with --profile-from-start off see the timed steps alone
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int s = 0; s < steps; ++s) step(warmup + s);
+  torch::cuda::synchronize();
+  cudaProfilerStop();
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps;
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
+  Row r;
+  r.name = v.name;
+  r.batch = B;
+  r.ms_per_step = sec * 1e3;
+  r.tokens_per_s = double(B * T) / sec;
+  // MFU of full training alone: a frozen base skips its weight gradients, which 6N counts.
+  r.mfu = peak_flops > 0 && !v.lora ? r.tokens_per_s * model->flops_per_token(T) / peak_flops : 0;
+  r.peak_gib = double(stats.allocated_bytes[size_t(c10::CachingAllocator::StatType::AGGREGATE)].peak) / (1 << 30);
+  r.loss = loss;
+  return r;
+}
+
+}  // namespace bench
