@@ -72,10 +72,10 @@ int main(int argc, char** argv) {
         std::string target_list;
         for (const auto& t : targets) target_list += (target_list.empty() ? "" : ",") + t;
         try {  // a baseline that cannot run (no peft there) leaves llmtrain's rows standing
-          const auto j = bench::run_python_json(
-              python, std::string(LLMTRAIN_SOURCE_DIR) + "/benchmarks/hf_peft_speed.py",
-              {name, std::to_string(B), std::to_string(T), std::to_string(steps), std::to_string(warmup),
-               std::to_string(r), target_list});
+          const auto j =
+              bench::run_python_json(python, std::string(LLMTRAIN_SOURCE_DIR) + "/benchmarks/hf_peft_speed.py",
+                                     {name, std::to_string(B), std::to_string(T), std::to_string(steps),
+                                      std::to_string(warmup), std::to_string(r), target_list});
           const double sec = j.at("seconds_per_step").get<double>();
           rows.push_back({name,
                           {"hf-peft", B, sec * 1e3, double(B * T) / sec, 0, j.at("peak_gib").get<double>(),

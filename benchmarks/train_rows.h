@@ -40,16 +40,16 @@ struct Variant {
   std::string name;
   bool kernels = true;  // llmtrain's CUDA kernels (false: every op on ATen)
   llmtrain::optim::Precision precision = llmtrain::optim::Precision::kBF16Master;
-  bool sync = false;          // read each step's loss before queueing the next
-  bool graph = false;         // the forward and backward as a CUDA graph
-  std::string without, with;  // one op off, or one default-off op on
-  bool dp = false;            // through DataParallel over a one-rank NcclCommunicator
-  bool zero = false;          // and ZeRO-1 (its one shard: every parameter)
+  bool sync = false;                               // read each step's loss before queueing the next
+  bool graph = false;                              // the forward and backward as a CUDA graph
+  std::string without, with;                       // one op off, or one default-off op on
+  bool dp = false;                                 // through DataParallel over a one-rank NcclCommunicator
+  bool zero = false;                               // and ZeRO-1 (its one shard: every parameter)
   std::optional<llmtrain::peft::LoraConfig> lora;  // adapters on a frozen base
 };
 
 inline Row run(const Variant& v, const llmtrain::nn::ModelSpec& spec, int64_t B, int64_t T, int steps, int warmup,
-        double peak_flops) {
+               double peak_flops) {
   llmtrain::ops::set_cuda_kernels_enabled(v.kernels);
   for (const auto& op : llmtrain::ops::cuda_kernel_names()) {
     const bool on = std::find(default_ops().begin(), default_ops().end(), op) != default_ops().end();

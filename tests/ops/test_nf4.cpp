@@ -1,0 +1,105 @@
+// NF4 (ops/nf4.h) against bitsandbytes' CPU build (tests/python/bnb_peer.py), for shapes with a
+// partial last block of 64 and of 256: the same codes, second-level scales, offset and dynamic map,
+// bit for bit; the same 8-bit absmax codes but where bitsandbytes' CPU search misses the nearest
+// level (its binary search can land one below: there ours must be the nearer), and the same
+// dequantized weights wherever those agree; the round trip within the format's bound; nf4_linear's
+// forward and input gradient those of the dequantized weight.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cstring>
+
+#include "llmtrain/core/fs.h"
+#include "llmtrain/ops/nf4.h"
+#include "test_util.h"
+
+namespace {
+
+namespace ops = llmtrain::ops;
+
+torch::Tensor bytes_file(const std::string& path) {
+  const std::string bytes = llmtrain::fs::read_file(path);
+  auto t = torch::empty({int64_t(bytes.size())}, torch::kByte);
+  std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
+  return t;
+}
+
+TEST(OpsNF4, QuantizesAsBitsandbytes) {
+  torch::manual_seed(0);
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{3, 7}, {40, 50}, {130, 64}, {1000, 99}}) {
+    SCOPED_TRACE(testing::Message() << rows << " x " << cols);
+    llmtrain::testing::TempDir t;
+    // Heavy-tailed like trained weights, and a zero block.
+    auto w = torch::randn({rows, cols}) * torch::rand({rows, 1}) * 0.05;
+    if (w.numel() > 128) w.view(-1).narrow(0, 64, 64).zero_();
+    const std::string in = t.path + "/w.bin";
+    llmtrain::fs::write_file_atomic(in, std::string(static_cast<const char*>(w.data_ptr()), size_t(w.nbytes())));
+    ASSERT_EQ(llmtrain::testing::run_command("'" + llmtrain::testing::test_python() + "' '" +
+                                             llmtrain::testing::test_source_dir() + "/tests/python/bnb_peer.py' nf4 '" +
+                                             in + "' " + std::to_string(rows) + " " + std::to_string(cols) + " '" +
+                                             t.path + "' > /dev/null 2>&1"),
+              0);
+    const auto q = ops::nf4_quantize(w);
+    EXPECT_TRUE(torch::equal(q.packed, bytes_file(t.path + "/packed.bin")));
+    EXPECT_TRUE(torch::equal(q.absmax2, llmtrain::testing::floats_file(t.path + "/absmax2.bin", q.absmax2.sizes())));
+    EXPECT_EQ(float(q.offset), llmtrain::testing::floats_file(t.path + "/offset.bin", {1}).item<float>());
+    const auto& dyn = ops::dynamic_map();
+    EXPECT_TRUE(torch::equal(dyn, llmtrain::testing::floats_file(t.path + "/dynamic.bin", {256})));
+    const int64_t n = w.numel(), blocks = (n + 63) / 64;
+    const auto padded = torch::cat({w.view(-1).abs(), torch::zeros({blocks * 64 - n})}).view({blocks, 64});
+    const auto theirs = bytes_file(t.path + "/absmax.bin").to(torch::kLong), ours = q.absmax_codes.to(torch::kLong);
+    ASSERT_EQ(theirs.numel(), blocks);
+    const auto scaled = (padded.amax(1) - float(q.offset)) /
+                        q.absmax2.repeat_interleave(ops::kNF4AbsmaxBlock).narrow(0, 0, blocks);
+    const auto differ = ours.ne(theirs);
+    EXPECT_LE(differ.sum().item<int64_t>(), std::max<int64_t>(2, blocks / 50)) << "codes that differ";
+    // (A single block of absmaxes scales to 0 / 0: any code dequantizes to the offset there.)
+    EXPECT_TRUE(((dyn.index_select(0, ours) - scaled).abs() <= (dyn.index_select(0, theirs) - scaled).abs() + 1e-6)
+                    .logical_or(scaled.isnan())
+                    .all()
+                    .item<bool>())
+        << "ours is the nearer level where they differ";
+    const auto back = ops::nf4_dequantize(q, torch::kFloat);
+    const auto same = differ.logical_not().repeat_interleave(64).narrow(0, 0, n);
+    const auto want = llmtrain::testing::floats_file(t.path + "/dequantized.bin", w.sizes()).view(-1);
+    EXPECT_TRUE(torch::equal(back.view(-1).masked_select(same), want.masked_select(same)));
+    // The round trip: each value within half the widest gap between NF4's levels (-1 to -0.70) of its
+    // block's absmax, plus that absmax's own error, which is within half the dynamic map's widest gap
+    // (0.9 / 64, its top decade) of its second-level scale.
+    const auto absmax = padded.amax(1);
+    const auto absmax_back =
+        dyn.index_select(0, ours) * q.absmax2.repeat_interleave(ops::kNF4AbsmaxBlock).narrow(0, 0, blocks) +
+        float(q.offset);
+    const auto absmax_error = (absmax_back - absmax).abs();
+    EXPECT_TRUE((absmax_error <= q.absmax2.max() * (0.45 / 64) + 1e-7).all().item<bool>());
+    const auto& levels = ops::nf4_levels();
+    const double gap = (levels.narrow(0, 1, 15) - levels.narrow(0, 0, 15)).max().item<double>();
+    EXPECT_NEAR(gap, 1 - 0.6961928009986877, 1e-7);
+    const auto bound = (absmax * 0.5 * gap + absmax_error).repeat_interleave(64).narrow(0, 0, n);
+    EXPECT_TRUE(((back - w).abs().view(-1) <= bound + 1e-6).all().item<bool>());
+    if (n > 128) {
+      EXPECT_EQ(back.view(-1).narrow(0, 64, 64).abs().max().item<float>(), 0.0f);
+    }
+  }
+}
+
+TEST(OpsNF4, LinearIsTheDequantizedProductForwardAndBackward) {
+  torch::manual_seed(1);
+  const auto w = torch::randn({24, 40}) * 0.1, b = torch::randn({24});
+  const auto q = ops::nf4_quantize(w);
+  const auto deq = ops::nf4_dequantize(q, torch::kFloat);
+  const auto x = torch::randn({2, 3, 40}, torch::kFloat).requires_grad_(),
+             xr = x.detach().clone().requires_grad_();
+  const auto y = ops::nf4_linear(x, q, b), yr = torch::nn::functional::linear(xr, deq, b);
+  EXPECT_LT(llmtrain::testing::max_abs_diff(y, yr), 1e-6);
+  const auto dy = torch::randn_like(y);
+  y.backward(dy);
+  yr.backward(dy);
+  EXPECT_LT(llmtrain::testing::max_abs_diff(x.grad(), xr.grad()), 1e-6);
+  llmtrain::testing::expect_error([&] { ops::nf4_linear(torch::randn({2, 41}), q); },
+                                  {"nf4_linear: x [2, 41] does not fit the weight (24, 40)"});
+  llmtrain::testing::expect_error([&] { ops::nf4_quantize(torch::full({4}, NAN)); },
+                                  {"nf4_quantize: the weight [4] holds a value that is not finite"});
+}
+
+}  // namespace
