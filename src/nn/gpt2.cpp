@@ -91,9 +91,8 @@ void MLPImpl::reset() {
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
-  const auto y = adapter_of(*c_fc) || adapter_of(*c_proj)
-                     ? nn::linear(c_proj, ops::gelu(nn::linear(c_fc, x)))
-                     : ops::mlp(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias);
+  const auto y = plain(*c_fc) && plain(*c_proj) ? ops::mlp(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias)
+                                                : nn::linear(c_proj, ops::gelu(nn::linear(c_fc, x)));
   return maybe_dropout(y, cfg.dropout(), is_training());
 }
 
@@ -130,8 +129,8 @@ std::pair<torch::Tensor, torch::Tensor> BlockImpl::decode_residual(const torch::
   LLMTRAIN_CHECK(T == 1, "Block: a decode step takes one token per row, got ", T);
   const auto& sa = *attn;
   const auto& ff = *mlp;
-  if (adapter_of(*sa.c_attn) || adapter_of(*sa.c_proj) || adapter_of(*ff.c_fc) || adapter_of(*ff.c_proj)) {
-    const auto [in, a] = add_norm(ln_1, x, delta);  // adapters: the products one by one
+  if (!plain(*sa.c_attn) || !plain(*sa.c_proj) || !plain(*ff.c_fc) || !plain(*ff.c_proj)) {
+    const auto [in, a] = add_norm(ln_1, x, delta);  // adapters or stored weights: the products one by one
     const auto y = ops::decode_attention(nn::linear(sa.c_attn, a).view({B, 3 * C}), cache.k, cache.v, cache.positions);
     const auto [h, m] = add_norm(ln_2, in, nn::linear(sa.c_proj, y.view({B, 1, C})));
     return {h, mlp->forward(m)};

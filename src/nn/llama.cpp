@@ -147,8 +147,8 @@ std::pair<torch::Tensor, torch::Tensor> LlamaDecoderLayerImpl::decode(const torc
   const auto& ff = *mlp;
   bool adapted = false;
   for (const auto* l : {&sa.q_proj, &sa.k_proj, &sa.v_proj, &sa.o_proj, &ff.gate_proj, &ff.up_proj, &ff.down_proj})
-    adapted = adapted || adapter_of(**l) != nullptr;
-  if (adapted) {  // the products one by one
+    adapted = adapted || !plain(**l);
+  if (adapted) {  // adapters or stored weights: the products one by one
     const auto [in, a] = ops::add_rms_norm(x, delta, input_layernorm->weight, input_layernorm->eps);
     const auto qkv = torch::cat({nn::linear(sa.q_proj, a), nn::linear(sa.k_proj, a), nn::linear(sa.v_proj, a)}, -1);
     const auto y =
@@ -284,7 +284,7 @@ torch::Tensor LlamaImpl::decode(const torch::Tensor& idx, const torch::Tensor& p
   detail::check_decode("Llama", idx, positions, cache, cfg.n_layer());
   torch::NoGradGuard no_grad;
   const auto [x, delta] = model->decode_residual(idx, positions, cache);
-  if (lm_head && adapter_of(*lm_head))
+  if (lm_head && !plain(*lm_head))
     return head(ops::add_rms_norm(x, delta, model->norm->weight, model->norm->eps).second).view({idx.size(0), -1});
   // the final norm folded into the head's product
   return ops::rms_norm_linear(x, delta, model->norm->weight, model->norm->eps, {head_weight()}, {}, /*swiglu=*/false)

@@ -58,8 +58,7 @@ struct NF4LinearFn : torch::autograd::Function<NF4LinearFn> {
     ctx->save_for_backward({packed, absmax_codes, absmax2});
     ctx->saved_data["offset"] = offset;
     ctx->saved_data["shape"] = shape;
-    ctx->saved_data["x_sizes"] = x.sizes().vec();
-    return at::linear(x, nf4_dequantize(q, x.scalar_type()), bias);
+    return at::linear(x, nf4_dequantize(q, x.scalar_type()), bias.numel() > 0 ? bias : at::Tensor());
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -70,7 +69,7 @@ struct NF4LinearFn : torch::autograd::Function<NF4LinearFn> {
     const at::Tensor& dy = grads[0];
     at::Tensor dx, db;
     if (ctx->needs_input_grad(0)) dx = at::matmul(dy, nf4_dequantize(q, dy.scalar_type()));
-    if (ctx->needs_input_grad(1)) db = dy.reshape({-1, dy.size(-1)}).sum(0);
+    if (ctx->needs_input_grad(1)) db = dy.reshape({-1, dy.size(-1)}).sum(0);  // not for the empty "no bias"
     return {dx, db, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
@@ -88,8 +87,7 @@ const at::Tensor& nf4_levels() {
   static const at::Tensor levels = at::tensor(
       {-1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f, -0.28444138169288635f,
        -0.18477343022823334f, -0.09105003625154495f, 0.0f, 0.07958029955625534f, 0.16093020141124725f,
-       0.2461123019456863f, 0.33791524171829224f, 0.44070982933044434f, 0.5626170039176941f, 0.7229568362236023f,
-       1.0f},
+       0.2461123019456863f, 0.33791524171829224f, 0.44070982933044434f, 0.5626170039176941f, 0.7229568362236023f, 1.0f},
       at::kFloat);
   return levels;
 }
@@ -143,11 +141,11 @@ at::Tensor nf4_linear(const at::Tensor& x, const NF4Weight& q, const at::Tensor&
   LLMTRAIN_CHECK(q.shape.size() == 2 && x.dim() >= 1 && x.size(-1) == q.shape[1], "nf4_linear: x ", x.sizes(),
                  " does not fit the weight (", q.shape.size() == 2 ? q.shape[0] : -1, ", ",
                  q.shape.size() == 2 ? q.shape[1] : -1, ")");
-  LLMTRAIN_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == q.shape[0]), "nf4_linear: bias ",
-                 bias.sizes(), " must be (", q.shape[0], ")");
+  LLMTRAIN_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == q.shape[0]), "nf4_linear: bias ", bias.sizes(),
+                 " must be (", q.shape[0], ")");
+  // No bias travels as an empty one: autograd's functions take no undefined inputs.
   const auto t = detail::autocast_like_linear({x, bias.defined() ? bias : at::empty({0}, x.options())});
-  return NF4LinearFn::apply(t[0], bias.defined() ? t[1] : at::Tensor(), q.packed, q.absmax_codes, q.absmax2, q.offset,
-                            q.shape);
+  return NF4LinearFn::apply(t[0], t[1], q.packed, q.absmax_codes, q.absmax2, q.offset, q.shape);
 }
 
 }  // namespace llmtrain::ops

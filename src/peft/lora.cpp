@@ -40,6 +40,11 @@ torch::Tensor LoraAdapterImpl::forward(const torch::Tensor& x) {
 
 namespace {
 
+// The model's own linear layers, not the adapters' (lora_A and lora_B are linear layers too).
+bool base_layer(const std::string& name) {
+  return name.find(std::string(".") + nn::kAdapterName + ".") == std::string::npos;
+}
+
 struct Target {
   std::string name;
   torch::nn::Linear layer;
@@ -50,10 +55,10 @@ std::vector<Target> targets_of(nn::CausalLM& model, const LoraConfig& cfg, const
   std::vector<Target> out;
   for (const auto& item : model.module().named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
     auto* lin = item.value()->as<torch::nn::Linear>();
-    if (lin == nullptr || !cfg.targets(item.key(), item.key() == "lm_head")) continue;
+    if (lin == nullptr || !base_layer(item.key()) || !cfg.targets(item.key(), item.key() == "lm_head")) continue;
     torch::nn::Linear layer(std::dynamic_pointer_cast<torch::nn::LinearImpl>(item.value()));
     LLMTRAIN_CHECK(nn::adapter_of(*layer) == nullptr, source, ": layer ", item.key(), " has an adapter already");
-    const int64_t r = cfg.rank_of(item.key()), in = layer->weight.size(1), out_f = layer->weight.size(0);
+    const int64_t r = cfg.rank_of(item.key()), in = layer->options.in_features(), out_f = layer->options.out_features();
     LLMTRAIN_CHECK(r <= std::min(in, out_f), source, ": r ", r, " is larger than layer ", item.key(), " (", out_f,
                    " x ", in, "): at most ", std::min(in, out_f));
     out.push_back({item.key(), layer});
@@ -93,8 +98,9 @@ void freeze_base(nn::CausalLM& model, const std::vector<std::pair<std::string, t
 
 void attach(const Target& t, const LoraConfig& cfg, const torch::Tensor& a, const torch::Tensor& b) {
   const torch::Tensor& w = t.layer->weight;
-  auto adapter = std::make_shared<LoraAdapterImpl>(w.size(1), w.size(0), cfg.rank_of(t.name), cfg.scaling_of(t.name),
-                                                   cfg.lora_dropout, cfg.init);
+  auto adapter =
+      std::make_shared<LoraAdapterImpl>(t.layer->options.in_features(), t.layer->options.out_features(),
+                                        cfg.rank_of(t.name), cfg.scaling_of(t.name), cfg.lora_dropout, cfg.init);
   adapter->to(w.device(), w.scalar_type());
   if (a.defined()) {
     torch::NoGradGuard no_grad;
@@ -267,19 +273,59 @@ std::vector<std::string> merge_lora(nn::CausalLM& model) {
   std::vector<std::string> merged;
   for (const auto& item : model.module().named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
     auto* lin = item.value()->as<torch::nn::Linear>();
-    if (lin == nullptr) continue;
+    if (lin == nullptr || nn::plain(*lin)) continue;
+    torch::Tensor& w = lin->weight;
+    if (auto* stored = nn::stored_weight_of(*lin)) {  // the weight as the adapters were trained on it
+      w.set_data(stored->weight(w.scalar_type()).to(w.device()));
+      lin->unregister_module(nn::kStoredWeightName);
+    }
     auto* a = dynamic_cast<LoraAdapterImpl*>(nn::adapter_of(*lin));
     if (a == nullptr) continue;
     const auto d = torch::kDouble;  // in float64, rounded once to the weight's dtype
     const torch::Tensor delta =
         torch::matmul(a->lora_B->weight.to(torch::kCPU, d), a->lora_A->weight.to(torch::kCPU, d)).mul_(a->scaling);
-    torch::Tensor& w = lin->weight;
     w.copy_(w.to(torch::kCPU, d).add_(delta).to(w.device(), w.scalar_type()));
     lin->unregister_module(nn::kAdapterName);
     merged.push_back(item.key());
   }
   for (auto& p : model.module().parameters()) p.set_requires_grad(true);
   return merged;
+}
+
+// ---- NF4Weight ----------------------------------------------------------------------------------
+
+NF4WeightImpl::NF4WeightImpl(const torch::Tensor& weight) {
+  const ops::NF4Weight q = ops::nf4_quantize(weight);
+  packed_ = register_buffer("packed", q.packed);
+  absmax_codes_ = register_buffer("absmax_codes", q.absmax_codes);
+  absmax2_ = register_buffer("absmax2", q.absmax2);
+  offset_ = q.offset;
+  shape_ = q.shape;
+}
+
+ops::NF4Weight NF4WeightImpl::quantized() const { return {packed_, absmax_codes_, absmax2_, offset_, shape_}; }
+
+torch::Tensor NF4WeightImpl::linear(const torch::Tensor& x, const torch::Tensor& bias) {
+  return ops::nf4_linear(x, quantized(), bias);
+}
+
+torch::Tensor NF4WeightImpl::weight(torch::ScalarType dtype) { return ops::nf4_dequantize(quantized(), dtype); }
+
+std::vector<std::string> quantize_base(nn::CausalLM& model) {
+  torch::NoGradGuard no_grad;
+  std::vector<std::string> names;
+  for (const auto& item : model.module().named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
+    auto* lin = item.value()->as<torch::nn::Linear>();
+    if (lin == nullptr || !base_layer(item.key()) || item.key() == "lm_head" || nn::stored_weight_of(*lin) != nullptr)
+      continue;
+    lin->register_module(nn::kStoredWeightName,
+                         std::shared_ptr<nn::StoredWeightImpl>(std::make_shared<NF4WeightImpl>(lin->weight)));
+    lin->weight.set_data(torch::empty({0}, lin->weight.options()));  // the memory QLoRA saves
+    lin->weight.set_requires_grad(false);
+    names.push_back(item.key());
+  }
+  LLMTRAIN_CHECK(!names.empty(), "peft: the ", model.spec().family(), " model has no linear layer to quantize");
+  return names;
 }
 
 std::vector<std::string> merge_lora(nn::CausalLM& model, const std::string& dir) {

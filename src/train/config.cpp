@@ -126,8 +126,9 @@ std::vector<Field> fields(TrainerConfig& c) {
       {"train.zero", &c.train.zero, "several ranks: shard the optimizer state over them (ZeRO-1)"},
       {"train.quiet", &c.train.quiet, "print nothing while training (metrics.jsonl is still written)"},
       {"peft.method", choice(&c.peft.method),
-       "none (every parameter trains) or lora (adapters on a frozen base; checkpoints hold the adapters, in "
-       "PEFT's files, and their optimizer state)"},
+       "none (every parameter trains), lora (adapters on a frozen base; checkpoints hold the adapters, in "
+       "PEFT's files, and their optimizer state) or qlora (the same over a base held in 4-bit NF4 with double "
+       "quantization: every linear layer but the head)"},
       {"peft.r", &c.peft.r, "lora: the adapters' rank"},
       {"peft.alpha", &c.peft.alpha, "lora: lora_alpha; the adapters' output is scaled by alpha / r"},
       {"peft.dropout", &c.peft.dropout, "lora: dropout on the adapters' input while training"},
@@ -270,7 +271,7 @@ void validate(const TrainerConfig& c, const std::function<std::string(const std:
   check(c.model.config.empty() ? "model.preset" : "model.config", [&] { spec = c.model.spec(); });
   LLMTRAIN_CHECK(c.train.seq_len <= spec.block_size(), from("train.seq_len"), ": train.seq_len ", c.train.seq_len,
                  " exceeds the model's block_size ", spec.block_size());
-  if (c.peft.method == PeftMethod::kLora) {
+  if (c.peft.method != PeftMethod::kNone) {
     at_least("peft.r", c.peft.r, 1);
     LLMTRAIN_CHECK(c.peft.dropout >= 0 && c.peft.dropout < 1, from("peft.dropout"),
                    ": peft.dropout must lie in [0, 1), got ", c.peft.dropout);

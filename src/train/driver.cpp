@@ -64,8 +64,10 @@ int64_t run_training(const TrainerConfig& cfg, const RunOptions& options, std::s
       int64_t trainable = 0;
       for (const auto& p : trainer.model().module().parameters())
         if (p.requires_grad()) trainable += p.numel();
-      const std::string lora =
-          cfg.peft.method == PeftMethod::kLora ? " (LoRA: " + std::to_string(trainable) + " trainable)" : std::string();
+      const std::string lora = cfg.peft.method == PeftMethod::kNone
+                                   ? std::string()
+                                   : std::string(cfg.peft.method == PeftMethod::kQLora ? " (QLoRA: " : " (LoRA: ") +
+                                         std::to_string(trainable) + " trainable)";
       std::printf(
           "%s, %.1fM parameters%s%s%s; %lld tokens per step (%lld micro-steps%s); "
           "out_dir %s\n",

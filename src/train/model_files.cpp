@@ -165,7 +165,7 @@ void save_hf_model(const std::shared_ptr<nn::CausalLM>& model, const std::string
 std::shared_ptr<nn::CausalLM> load_checkpoint_model(const std::string& path) {
   const std::string dir = checkpoint_dir(path);
   const auto cfg = load_checkpoint_config(dir);
-  if (cfg.peft.method == PeftMethod::kLora) {  // adapters: on their base, merged
+  if (cfg.peft.method != PeftMethod::kNone) {  // adapters: on their base (QLoRA's in NF4), merged
     const std::string& base = cfg.model.init_from;
     std::shared_ptr<nn::CausalLM> model;
     if (base.empty()) {  // the run's random base, drawn again as the Trainer drew it
@@ -176,7 +176,9 @@ std::shared_ptr<nn::CausalLM> load_checkpoint_model(const std::string& path) {
                      " (its run's model.init_from), which is not there");
       model = load_model(base);
     }
-    peft::merge_lora(*model, dir);
+    peft::load_lora(*model, dir);
+    if (cfg.peft.method == PeftMethod::kQLora) peft::quantize_base(*model);
+    peft::merge_lora(*model);
     return model;
   }
   // The shape comes from state.json: model.pt must be able to hold it before anything is allocated.

@@ -109,13 +109,15 @@ double device_memory(torch::Device device) {
 
 // A lower bound of the memory a run takes: the parameters, their gradients, AdamW's two moments and the
 // bf16-master copies (those two over the ranks with ZeRO-1), and one micro-batch's logits; with LoRA
-// the frozen base alone (the adapters are a small part). A config past the device's memory is refused
-// at once, with both figures, rather than failing in an allocation.
+// the frozen base alone (the adapters are a small part), in NF4 with QLoRA. A config past the device's memory is
+// refused at once, with both figures, rather than failing in an allocation.
 void check_memory(const TrainerConfig& c, const nn::ModelSpec& spec, torch::Device device, int world) {
   const double params = double(spec.stored_parameters());
   const bool master = c.train.precision == optim::Precision::kBF16Master,
-             low = c.train.precision != optim::Precision::kFP32, full = c.peft.method == PeftMethod::kNone;
-  const double weights = params * (master ? 2 : 4) * (full ? 2 : 1);  // the parameters and their gradients
+             low = c.train.precision != optim::Precision::kFP32, full = c.peft.method == PeftMethod::kNone,
+             nf4 = c.peft.method == PeftMethod::kQLora;
+  // the parameters and their gradients; NF4 about half a byte a weight
+  const double weights = nf4 ? params * 0.52 : params * (master ? 2 : 4) * (full ? 2 : 1);
   const double optimizer = full ? params * (master ? 8 + 4 : 8) / (c.train.zero ? world : 1) : 0.0;
   const double logits =
       double(c.train.batch_size) * double(c.train.seq_len) * double(spec.logits_width()) * (low ? 2 : 4);
@@ -461,12 +463,13 @@ Trainer::Trainer(TrainerConfig config, std::shared_ptr<dist::Communicator> comm)
   torch::manual_seed(c.train.seed);
   d.model = nn::make_model(d.spec);
   if (!c.model.init_from.empty()) d.load_initial_weights(c.model.init_from);
-  if (c.peft.method == PeftMethod::kLora) {  // drawn after the base, from the seeded generator
+  if (c.peft.method != PeftMethod::kNone) {  // drawn after the base, from the seeded generator
     d.lora = c.peft.lora(d.spec);
     d.lora->base_model = c.model.init_from;
     peft::add_lora(*d.model, *d.lora);
   }
   d.model->module().to(d.device);
+  if (c.peft.method == PeftMethod::kQLora) peft::quantize_base(*d.model);  // on the device: quick there
   d.opt = std::make_unique<optim::MixedPrecisionOptimizer>(d.model->module(), c.optimizer());
   LLMTRAIN_CHECK(!c.train.zero || d.comm, "train.zero shards the optimizer over data-parallel ranks, and this run ",
                  "has no communicator: start it under mpirun (train makes one there) or set train.zero=false");

@@ -49,8 +49,8 @@ TEST(OpsNF4, QuantizesAsBitsandbytes) {
     const auto padded = torch::cat({w.view(-1).abs(), torch::zeros({blocks * 64 - n})}).view({blocks, 64});
     const auto theirs = bytes_file(t.path + "/absmax.bin").to(torch::kLong), ours = q.absmax_codes.to(torch::kLong);
     ASSERT_EQ(theirs.numel(), blocks);
-    const auto scaled = (padded.amax(1) - float(q.offset)) /
-                        q.absmax2.repeat_interleave(ops::kNF4AbsmaxBlock).narrow(0, 0, blocks);
+    const auto scaled =
+        (padded.amax(1) - float(q.offset)) / q.absmax2.repeat_interleave(ops::kNF4AbsmaxBlock).narrow(0, 0, blocks);
     const auto differ = ours.ne(theirs);
     EXPECT_LE(differ.sum().item<int64_t>(), std::max<int64_t>(2, blocks / 50)) << "codes that differ";
     // (A single block of absmaxes scales to 0 / 0: any code dequantizes to the offset there.)
@@ -88,16 +88,18 @@ TEST(OpsNF4, LinearIsTheDequantizedProductForwardAndBackward) {
   const auto w = torch::randn({24, 40}) * 0.1, b = torch::randn({24});
   const auto q = ops::nf4_quantize(w);
   const auto deq = ops::nf4_dequantize(q, torch::kFloat);
-  const auto x = torch::randn({2, 3, 40}, torch::kFloat).requires_grad_(),
-             xr = x.detach().clone().requires_grad_();
+  const auto x = torch::randn({2, 3, 40}, torch::kFloat).requires_grad_(), xr = x.detach().clone().requires_grad_();
   const auto y = ops::nf4_linear(x, q, b), yr = torch::nn::functional::linear(xr, deq, b);
   EXPECT_LT(llmtrain::testing::max_abs_diff(y, yr), 1e-6);
   const auto dy = torch::randn_like(y);
   y.backward(dy);
   yr.backward(dy);
   EXPECT_LT(llmtrain::testing::max_abs_diff(x.grad(), xr.grad()), 1e-6);
-  llmtrain::testing::expect_error([&] { ops::nf4_linear(torch::randn({2, 41}), q); },
-                                  {"nf4_linear: x [2, 41] does not fit the weight (24, 40)"});
+  llmtrain::testing::expect_error(
+      [&] {
+        ops::nf4_linear(torch::randn({2, 41}), q);
+      },
+      {"nf4_linear: x [2, 41] does not fit the weight (24, 40)"});
   llmtrain::testing::expect_error([&] { ops::nf4_quantize(torch::full({4}, NAN)); },
                                   {"nf4_quantize: the weight [4] holds a value that is not finite"});
 }

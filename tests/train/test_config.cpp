@@ -231,7 +231,7 @@ TEST(TrainerConfig, PeftKeysDescribeTheAdapter) {
   const auto bad = [](const std::vector<std::string>& sets, const std::string& message) {
     expect_error([&] { TrainerConfig::parse("{}", "a.json", sets); }, {message});
   };
-  bad({"peft.method=qlora"}, "peft.method must be none or lora: method \"qlora\" is none of them");
+  bad({"peft.method=dora"}, "peft.method must be none, lora or qlora: method \"dora\" is none of them");
   bad({"peft.method=lora", "peft.r=0"}, "peft.r must be at least 1, got 0");
   bad({"peft.method=lora", "peft.dropout=1"}, "peft.dropout must lie in [0, 1), got 1");
   bad({"peft.method=lora", "peft.target_regex=.*q", R"(peft.target_modules=["v_proj"])"},

@@ -19,6 +19,7 @@
 #include "llmtrain/dist/communicator.h"
 #include "llmtrain/infer/generate.h"
 #include "llmtrain/io/hf_gpt2.h"
+#include "llmtrain/nn/adapter.h"
 #include "llmtrain/tokenizer/tokenizer.h"
 #include "llmtrain/train/graphed_step.h"
 #include "llmtrain/train/plot.h"
@@ -267,25 +268,38 @@ TEST(Trainer, LlamaFamilyModelsTrainAndResumeExactly) {
   }
 }
 
-// LoRA on a frozen base (GPT-2 in fp32 and in bf16-master, Llama on every linear layer): the base
-// never moves, the checkpoints hold the adapters as PEFT's files (no model.pt) and resume to the bit,
-// and a checkpoint loads as its base with the adapters merged.
+// LoRA on a frozen base (GPT-2 in fp32 and in bf16-master, Llama on every linear layer, and QLoRA's
+// NF4 base under each family): the base never moves, the checkpoints hold the adapters as PEFT's files
+// (no model.pt) and resume to the bit, and a checkpoint loads as its base with the adapters merged.
 TEST(Trainer, LoraTrainsAFrozenBaseAndResumesExactly) {
-  for (const std::string which : {"gpt2", "gpt2 bf16-master", "llama"}) {
+  for (const std::string which : {"gpt2", "gpt2 bf16-master", "llama", "gpt2 qlora", "llama qlora bf16-master"}) {
     SCOPED_TRACE(which);
     RunFolder run;
     std::vector<std::string> sets = {"peft.method=lora",   "peft.r=4",     "peft.alpha=8", "train.max_steps=12",
                                      "checkpoint.every=6", "eval.every=6", "train.lr=1e-2"};
-    if (which == "llama") {
+    const bool llama = which.rfind("llama", 0) == 0, qlora = which.find("qlora") != std::string::npos,
+               bf16 = which.find("bf16-master") != std::string::npos;
+    if (llama) {
       sets.insert(sets.end(),
                   {"model.preset=llama-tiny", "model.vocab_size=8192", "peft.target_modules=[\"all-linear\"]"});
     }
-    if (which == "gpt2 bf16-master") sets.push_back("train.precision=bf16-master");
+    if (bf16) sets.push_back("train.precision=bf16-master");
+    if (qlora) sets[0] = "peft.method=qlora";
     Trainer full(run.config("full", sets));
     std::vector<torch::Tensor> before;  // every parameter as it starts
     for (const auto& p : full.model().module().named_parameters()) {
       before.push_back(p.value().detach().clone());
       EXPECT_EQ(p.value().requires_grad(), p.key().find(".adapter.lora_") != std::string::npos) << p.key();
+    }
+    if (qlora) {  // every linear layer's weight in NF4, its parameter left empty
+      int64_t stored = 0;
+      for (const auto& m : full.model().module().modules()) {
+        auto* lin = m->as<torch::nn::Linear>();
+        if (lin == nullptr || llmtrain::nn::stored_weight_of(*lin) == nullptr) continue;
+        EXPECT_EQ(lin->weight.numel(), 0);
+        ++stored;
+      }
+      EXPECT_EQ(stored, llama ? 2 * 7 : 2 * 4);
     }
     const auto expected = run_losses(full);
     ASSERT_EQ(expected.size(), 12u);
@@ -306,9 +320,8 @@ TEST(Trainer, LoraTrainsAFrozenBaseAndResumesExactly) {
     full.model().module().eval();
     loaded->module().eval();
     const auto want = full.model().logits(idx).to(torch::kFloat);
-    if (which == "gpt2 bf16-master") loaded->module().to(torch::kBFloat16);
-    EXPECT_LT(llmtrain::testing::max_abs_diff(loaded->logits(idx).to(torch::kFloat), want),
-              which == "gpt2 bf16-master" ? 0.1 : 1e-4);
+    if (bf16) loaded->module().to(torch::kBFloat16);
+    EXPECT_LT(llmtrain::testing::max_abs_diff(loaded->logits(idx).to(torch::kFloat), want), bf16 ? 0.1 : 1e-4);
     // The adapter settings are part of what a resume must keep.
     auto changed = sets;
     changed[1] = "peft.r=8";

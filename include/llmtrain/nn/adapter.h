@@ -1,7 +1,9 @@
-// Adapters on linear layers: a module registered under a torch::nn::Linear as its child "adapter",
-// whose output nn::linear adds to the layer's, y = x W^T + b + adapter(x). peft/ attaches LoRA through
-// this seam; nn's models run every linear layer through nn::linear, and take their unfused paths
-// (the fused MLP, the decode step's norm-folded products) for a layer that has one.
+// What may hang under a torch::nn::Linear besides its own weight and bias: an adapter (child
+// "adapter"), whose output nn::linear adds to the layer's, y = x W^T + b + adapter(x); and a stored
+// form of a frozen weight (child "stored", e.g. QLoRA's 4-bit one), which nn::linear multiplies by in
+// place of the layer's weight parameter, then left empty. peft/ attaches both through this seam; nn's
+// models run every linear layer through nn::linear, and take their unfused paths (the fused MLP, the
+// decode step's norm-folded products) for a layer that is not plain.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -17,16 +19,31 @@ class LinearAdapterImpl : public torch::nn::Module {
   virtual torch::Tensor forward(const torch::Tensor& x) = 0;
 };
 
-/// The child name an adapter is registered under.
+/// A frozen weight (out, in) held in another form than the layer's parameter.
+class StoredWeightImpl : public torch::nn::Module {
+ public:
+  /// x W^T + bias (bias undefined: none), in x's dtype; the gradient flows to x alone.
+  virtual torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& bias) = 0;
+  /// W, in `dtype`, on the module's device.
+  virtual torch::Tensor weight(torch::ScalarType dtype) = 0;
+};
+
+/// The child names they are registered under.
 constexpr const char* kAdapterName = "adapter";
+constexpr const char* kStoredWeightName = "stored";
 
 /// The adapter of `layer`, or null.
 LinearAdapterImpl* adapter_of(const torch::nn::LinearImpl& layer);
+/// The stored form of `layer`'s weight, or null.
+StoredWeightImpl* stored_weight_of(const torch::nn::LinearImpl& layer);
+/// True for a layer with neither: its weight parameter is all it computes with.
+bool plain(const torch::nn::LinearImpl& layer);
 
 /// The layer's bias, undefined where it has none.
 torch::Tensor bias_of(const torch::nn::Linear& layer);
 
-/// x W^T + b through ops::linear, plus the layer's adapter where it has one.
+/// x W^T + b through ops::linear (or the stored weight's product), plus the layer's adapter where it
+/// has one.
 ///   auto qkv = llmtrain::nn::linear(attn->c_attn, x);
 torch::Tensor linear(const torch::nn::Linear& layer, const torch::Tensor& x);
 

@@ -16,6 +16,7 @@
 #include "llmtrain/core/fs.h"
 #include "llmtrain/nn/adapter.h"
 #include "llmtrain/nn/causal_lm.h"
+#include "llmtrain/ops/nf4.h"
 #include "llmtrain/peft/lora_config.h"
 
 namespace llmtrain::peft {
@@ -30,6 +31,30 @@ class LoraAdapterImpl : public nn::LinearAdapterImpl {
   torch::nn::Linear lora_A{nullptr}, lora_B{nullptr};  // (r, in), (out, r)
   double scaling, dropout;
 };
+
+/// QLoRA's frozen weight: NF4 (ops/nf4.h) under its layer as nn's stored weight, computed in the
+/// input's dtype. Casting the model (bf16 with fp32 masters) leaves it alone; moving it moves it.
+class NF4WeightImpl : public nn::StoredWeightImpl {
+ public:
+  explicit NF4WeightImpl(const torch::Tensor& weight);
+  torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& bias) override;
+  torch::Tensor weight(torch::ScalarType dtype) override;
+  ops::NF4Weight quantized() const;
+  void to(torch::Dtype, bool) override {}
+  void to(torch::Device device, torch::Dtype, bool non_blocking) override { Module::to(device, non_blocking); }
+  void to(torch::Device device, bool non_blocking) override { Module::to(device, non_blocking); }
+
+ private:
+  torch::Tensor packed_, absmax_codes_, absmax2_;
+  double offset_ = 0;
+  std::vector<int64_t> shape_;
+};
+
+/// QLoRA's base: the weight of every linear layer but the output head (as bitsandbytes' 4-bit loading
+/// leaves the head alone) replaced by its NF4 form; the layer's own weight parameter is left empty.
+/// Adapters attached before stay. Returns the quantized layers' names.
+///   peft::add_lora(*model, cfg);  peft::quantize_base(*model);
+std::vector<std::string> quantize_base(nn::CausalLM& model);
 
 /// Fresh adapters on every linear layer `cfg` targets (from the global generator, after
 /// torch::manual_seed, in `init`'s way; on each layer's device and dtype) and the base frozen: every
@@ -67,8 +92,9 @@ void save_lora(nn::CausalLM& model, const LoraConfig& cfg, const std::string& di
                const fs::OutputOptions& options = {});
 
 /// Folds every attached adapter into its layer (W += scaling B A, in float64, rounded once to W's
-/// dtype), removes the adapters and lets every parameter require a gradient again: the model is a
-/// plain one of its family. Returns the merged layers' names.
+/// dtype; a stored weight dequantized first, as PEFT merges into a 4-bit base), removes the adapters
+/// and stored weights and lets every parameter require a gradient again: the model is a plain one of
+/// its family. Returns the merged layers' names.
 std::vector<std::string> merge_lora(nn::CausalLM& model);
 
 /// load_lora, then merge_lora: the folder's adapter folded into `model`.

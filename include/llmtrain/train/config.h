@@ -92,11 +92,13 @@ struct TrainConfig {
   bool quiet = false;      // no progress line, samples or messages (metrics.jsonl is still written)
 };
 
-/// How a run fine-tunes: all parameters (none), or LoRA adapters on a frozen base (lora).
-enum class PeftMethod { kNone, kLora };
+/// How a run fine-tunes: all parameters (none), or LoRA adapters on a frozen base (lora), held in
+/// 4-bit NF4 (qlora).
+enum class PeftMethod { kNone, kLora, kQLora };
 
 inline const ChoiceNames<PeftMethod>& choice_names(PeftMethod) {
-  static const ChoiceNames<PeftMethod> names{{PeftMethod::kNone, "none"}, {PeftMethod::kLora, "lora"}};
+  static const ChoiceNames<PeftMethod> names{
+      {PeftMethod::kNone, "none"}, {PeftMethod::kLora, "lora"}, {PeftMethod::kQLora, "qlora"}};
   return names;
 }
 
