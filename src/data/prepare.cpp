@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "../core/json.h"
+#include "../core/strings.h"
 #include "jsonl.h"
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/fs.h"
@@ -38,10 +39,6 @@ std::string real_path(const std::string& path) {
   char buf[PATH_MAX];
   LLMTRAIN_CHECK(::realpath(path.c_str(), buf) != nullptr, "prepare_data: input ", path, " does not exist");
   return buf;
-}
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // Files under `path` (itself if a file), sorted, hidden entries skipped.
@@ -94,7 +91,7 @@ class DocumentReader {
     int64_t bytes = 0;
     while (bytes < kBatchBytes && file_ < files_.size()) {
       const auto& [path, val] = files_[file_];
-      if (!ends_with(path, ".jsonl")) {
+      if (!llmtrain::detail::ends_with(path, ".jsonl")) {
         std::string text = fs::read_file(path, kMaxTextFile, "prepare_data: input");
         bytes += int64_t(text.size());
         if (o_.separator.empty()) batch.push_back({std::move(text), path, val});

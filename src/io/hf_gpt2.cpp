@@ -7,6 +7,7 @@
 #include <set>
 
 #include "../core/json.h"
+#include "../core/strings.h"
 #include "hf_config.h"
 #include "hf_weights.h"
 #include "llmtrain/core/error.h"
@@ -16,10 +17,10 @@
 namespace llmtrain::io {
 namespace {
 
-using detail::ends_with;
 using detail::hf_gpt2_conv1d;
 using detail::HfWeights;
 using detail::shape_str;
+using llmtrain::detail::ends_with;
 
 using Json = json::Json;
 

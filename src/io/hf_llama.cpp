@@ -6,6 +6,7 @@
 #include <set>
 
 #include "../core/json.h"
+#include "../core/strings.h"
 #include "hf_config.h"
 #include "hf_weights.h"
 #include "llmtrain/core/error.h"
@@ -34,9 +35,10 @@ nn::Llama load_hf_llama(const std::string& dir) {
   }
   const bool tied_copy = cfg.tie_word_embeddings() && w.by_name.count("lm_head.weight");
   for (const auto& [name, where] : w.by_name)
-    LLMTRAIN_CHECK(
-        used.count(name) || detail::ends_with(name, ".rotary_emb.inv_freq") || (tied_copy && name == "lm_head.weight"),
-        "tensor ", where.second, " in ", where.first->path(), " is not part of this ", cfg.family(), " model");
+    LLMTRAIN_CHECK(used.count(name) || llmtrain::detail::ends_with(name, ".rotary_emb.inv_freq") ||
+                       (tied_copy && name == "lm_head.weight"),
+                   "tensor ", where.second, " in ", where.first->path(), " is not part of this ", cfg.family(),
+                   " model");
   nn::Llama model(cfg);
   torch::NoGradGuard no_grad;
   for (auto& p : model->named_parameters()) {

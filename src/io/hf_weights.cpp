@@ -4,18 +4,15 @@
 #include <set>
 
 #include "../core/json.h"
+#include "../core/strings.h"
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/fs.h"
 
 namespace llmtrain::io::detail {
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 bool hf_gpt2_conv1d(const std::string& name) {
   for (const char* s : {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"})
-    if (ends_with(name, s)) return true;
+    if (llmtrain::detail::ends_with(name, s)) return true;
   return false;
 }
 

@@ -16,8 +16,6 @@
 
 namespace llmtrain::io::detail {
 
-bool ends_with(const std::string& s, const std::string& suffix);
-
 /// True for the weights of GPT-2's layers that Hugging Face stores (in, out) (its Conv1D), by llmtrain's
 /// name (transformer.h.0.attn.c_attn.weight).
 bool hf_gpt2_conv1d(const std::string& name);

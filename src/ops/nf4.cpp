@@ -4,12 +4,27 @@
 #include <torch/autograd.h>
 
 #include <cmath>
+#include <map>
+#include <mutex>
+#include <string>
 
 #include "autocast.h"
 #include "llmtrain/core/error.h"
 
 namespace llmtrain::ops {
 namespace {
+
+// One of the static level tables on `device`: copied there once, not at every product (QLoRA
+// dequantizes each layer in every forward and backward).
+const at::Tensor& on_device(const at::Tensor& table, const at::Device& device) {
+  if (device.is_cpu()) return table;
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, std::string>, at::Tensor> copies;
+  const std::lock_guard<std::mutex> lock(mutex);
+  at::Tensor& copy = copies[{table.data_ptr(), device.str()}];
+  if (!copy.defined()) copy = table.to(device);
+  return copy;
+}
 
 // Block-wise absmax quantization to the nearest of `levels` (sorted; a value halfway between two
 // takes the lower): each value scaled by its block's absolute maximum (a full block by the
@@ -30,7 +45,7 @@ std::pair<at::Tensor, at::Tensor> quantize_blocks(const at::Tensor& flat, int64_
     absmax.push_back(am.view(1));
     scaled.push_back(at::clamp(tail / am.clamp_min(1e-38), -1, 1));
   }
-  const at::Tensor l = levels.to(flat.device());
+  const at::Tensor& l = on_device(levels, flat.device());
   const at::Tensor bounds = (l.narrow(0, 0, l.numel() - 1) + l.narrow(0, 1, l.numel() - 1)) / 2;
   return {at::bucketize(at::cat(scaled), bounds), at::cat(absmax)};
 }
@@ -39,7 +54,7 @@ std::pair<at::Tensor, at::Tensor> quantize_blocks(const at::Tensor& flat, int64_
 at::Tensor dequantize_blocks(const at::Tensor& codes, const at::Tensor& scales, int64_t block,
                              const at::Tensor& levels) {
   const int64_t n = codes.numel();
-  const at::Tensor v = levels.to(codes.device()).index_select(0, codes.to(at::kLong).view(-1));
+  const at::Tensor v = on_device(levels, codes.device()).index_select(0, codes.to(at::kLong).view(-1));
   const at::Tensor s = scales.repeat_interleave(block).narrow(0, 0, n);
   return v * s;
 }

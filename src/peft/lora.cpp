@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "../core/strings.h"
 #include "../io/hf_weights.h"
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/fs.h"
@@ -14,8 +15,8 @@
 namespace llmtrain::peft {
 namespace {
 
-using io::detail::ends_with;
 using io::detail::shape_str;
+using llmtrain::detail::ends_with;
 
 constexpr const char* kPrefix = "base_model.model.";  // PEFT's keys: the PeftModel's path to the base
 
@@ -115,6 +116,17 @@ bool transposed_in_files(const nn::CausalLM& model, const std::string& name, con
   return model.spec().is_gpt2() && io::detail::hf_gpt2_conv1d(name) && v.dim() == 2;
 }
 
+// File tensor `key`, the value of the model's parameter `p` (`name`, of modules_to_save), in the
+// model's layout; its shape checked.
+torch::Tensor saved_value(const nn::CausalLM& model, const io::SafetensorsFile& file, const std::string& key,
+                          const std::string& name, const torch::Tensor& p) {
+  torch::Tensor v = file.get(key);
+  if (transposed_in_files(model, name, v)) v = v.t();
+  LLMTRAIN_CHECK(v.sizes() == p.sizes(), file.path(), ": tensor ", key, " has shape ", shape_str(v.sizes()),
+                 "; the model's ", name, " is ", shape_str(p.sizes()));
+  return v;
+}
+
 }  // namespace
 
 std::vector<std::string> add_lora(nn::CausalLM& model, const LoraConfig& cfg) {
@@ -185,11 +197,7 @@ LoraConfig load_lora(nn::CausalLM& model, const std::string& dir) {
     const auto* p = params.find(name);
     LLMTRAIN_CHECK(p != nullptr, file_path, ": tensor ", key, " (of modules_to_save) has no parameter ", name,
                    " in the ", model.spec().family(), " model");
-    torch::Tensor v = file.get(key);
-    if (transposed_in_files(model, name, v)) v = v.t();
-    LLMTRAIN_CHECK(v.sizes() == p->sizes(), file_path, ": tensor ", key, " has shape ", shape_str(v.sizes()),
-                   "; the model's ", name, " is ", shape_str(p->sizes()));
-    copies.emplace_back(*p, v);
+    copies.emplace_back(*p, saved_value(model, file, key, name, *p));
   }
   const auto to_save = saved_params(model, cfg, dir + "/adapter_config.json");
 
@@ -258,11 +266,7 @@ void read_lora_weights(nn::CausalLM& model, const std::string& dir) {
     const auto* p = params.find(name);
     LLMTRAIN_CHECK(p != nullptr && p->requires_grad(), file_path, ": tensor ", key,
                    " is no parameter of the model's modules to save");
-    torch::Tensor v = file.get(key);
-    if (transposed_in_files(model, name, v)) v = v.t();
-    LLMTRAIN_CHECK(v.sizes() == p->sizes(), file_path, ": tensor ", key, " has shape ", shape_str(v.sizes()),
-                   "; the model's ", name, " is ", shape_str(p->sizes()));
-    copies.emplace_back(*p, v);
+    copies.emplace_back(*p, saved_value(model, file, key, name, *p));
   }
   torch::NoGradGuard no_grad;
   for (auto& [p, v] : copies) p.copy_(v);

@@ -5,6 +5,7 @@
 #include <regex>
 
 #include "../core/json.h"
+#include "../core/strings.h"
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/fs.h"
 
@@ -36,9 +37,7 @@ bool LoraConfig::targets(const std::string& name, bool is_output_head) const {
   if (!target_regex.empty()) return std::regex_match(name, std::regex(target_regex));
   if (all_linear) return !is_output_head;
   for (const auto& t : target_modules)
-    if (name == t || (name.size() > t.size() && name[name.size() - t.size() - 1] == '.' &&
-                      name.compare(name.size() - t.size(), t.size(), t) == 0))
-      return true;
+    if (name == t || llmtrain::detail::ends_with(name, "." + t)) return true;
   return false;
 }
 
