@@ -1,10 +1,13 @@
 // bench_finetune: fine-tuning steps of a model preset on the GPU (GPT-2 XL and the Llama-3.2-1B shape,
-// random weights) at one batch, full and with LoRA, against transformers + PEFT in the same run. Rows
+// random weights) at one batch, full, with LoRA and with QLoRA, against transformers + PEFT in the same run. Rows
 // (bench/train_rows.h times each):
 //   full        every parameter: bf16 parameters with fp32 masters and AdamW state, llmtrain's kernels,
 //               each step's forward and backward as a CUDA graph (bench_train's llmtrain row)
 //   lora        adapters of rank --r on --targets over the frozen bf16 base (no gradient, no optimizer
 //               state for it), bf16 adapters with fp32 masters, the same kernels and graph
+//   qlora       the same over the base in NF4 (every linear layer but the head): each weight
+//               dequantized for its products in the forward and the backward
+//   full-8bit   full, with AdamW's moments in 8 bits (train.optimizer_state 8bit)
 //   hf-peft     transformers' model of the shape in bf16 with PEFT's LoRA of the same rank and targets
 //               (its adapters in float32, as PEFT keeps them), bf16 autocast, fused AdamW over the
 //               adapters, the loss read after each step (hf_peft_speed.py; --hf)
@@ -68,6 +71,14 @@ int main(int argc, char** argv) {
       adapted.name = "lora";
       adapted.lora = lora;
       rows.push_back({name, bench::run(adapted, spec, B, T, steps, warmup, 989.4e12)});
+      bench::Variant qlora = adapted;
+      qlora.name = "qlora";
+      qlora.nf4 = true;
+      rows.push_back({name, bench::run(qlora, spec, B, T, steps, warmup, 989.4e12)});
+      bench::Variant full8 = full;
+      full8.name = "full-8bit";
+      full8.state = llmtrain::optim::StateFormat::k8Bit;
+      rows.push_back({name, bench::run(full8, spec, B, T, steps, warmup, 989.4e12)});
       if (hf) {  // in a process of its own (its memory is its own)
         std::string target_list;
         for (const auto& t : targets) target_list += (target_list.empty() ? "" : ",") + t;
@@ -91,20 +102,22 @@ int main(int argc, char** argv) {
   }
   std::printf("B=%lld, T=%lld, LoRA r=%lld\n", static_cast<long long>(B), static_cast<long long>(T),
               static_cast<long long>(r));
-  std::printf("%-14s %-8s %10s %12s %7s %9s %9s %9s %9s\n", "model", "path", "ms/step", "tok/s", "MFU", "peak GiB",
-              "loss", "vs peft", "mem/full");
+  std::printf("%-14s %-9s %10s %12s %7s %9s %9s %9s %9s %9s\n", "model", "path", "ms/step", "tok/s", "MFU", "peak GiB",
+              "loss", "vs peft", "vs lora", "mem/full");
   nlohmann::json out = nlohmann::json::array();
   for (const auto& o : rows) {
-    double peft = 0, full_mem = 0;
+    double peft = 0, lora = 0, full_mem = 0;
     for (const auto& b : rows) {
       if (b.model != o.model) continue;
       if (b.row.name == "hf-peft") peft = b.row.tokens_per_s;
+      if (b.row.name == "lora") lora = b.row.tokens_per_s;
       if (b.row.name == "full") full_mem = b.row.peak_gib;
     }
     const auto& r2 = o.row;
-    const double vs = peft > 0 ? r2.tokens_per_s / peft : 0, mem = full_mem > 0 ? r2.peak_gib / full_mem : 0;
-    std::printf("%-14s %-8s %10.2f %12.0f %6.1f%% %9.2f %9.4f %8.2fx %9.2f\n", o.model.c_str(), r2.name.c_str(),
-                r2.ms_per_step, r2.tokens_per_s, 100 * r2.mfu, r2.peak_gib, r2.loss, vs, mem);
+    const double vs = peft > 0 ? r2.tokens_per_s / peft : 0, mem = full_mem > 0 ? r2.peak_gib / full_mem : 0,
+                 vs_lora = lora > 0 ? r2.tokens_per_s / lora : 0;
+    std::printf("%-14s %-9s %10.2f %12.0f %6.1f%% %9.2f %9.4f %8.2fx %8.2fx %9.2f\n", o.model.c_str(), r2.name.c_str(),
+                r2.ms_per_step, r2.tokens_per_s, 100 * r2.mfu, r2.peak_gib, r2.loss, vs, vs_lora, mem);
     out.push_back({{"model", o.model},
                    {"path", r2.name},
                    {"batch", B},
@@ -113,6 +126,7 @@ int main(int argc, char** argv) {
                    {"tokens_per_s", r2.tokens_per_s},
                    {"peak_gib", r2.peak_gib},
                    {"vs_peft", vs},
+                   {"vs_lora", vs_lora},
                    {"memory_vs_full", mem}});
   }
   std::printf("%s\n", out.dump().c_str());

@@ -4,7 +4,9 @@
 //   build/bin/bench_kernels --iters 50
 #include <ATen/Context.h>
 #include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
 #include <ATen/cuda/Sleep.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <llmtrain/llmtrain.h>
 #include <torch/autograd.h>
 #include <torch/cuda.h>
@@ -253,6 +255,70 @@ int main(int argc, char** argv) {
     ctx.setSDPUseMath(math);
   }
 
+  // NF4 (QLoRA's base): dequantizing a Llama-3.2-1B MLP weight for a training product, and a decode
+  // step's products at batch 1 with the weights read in 4 bits (the 112 linear layers of the
+  // Llama-3.2-1B shape, 0.5 GB: well past L2), against the bf16 weights' cuBLAS products, and a device
+  // copy as the bandwidth this GPU reaches.
+  std::vector<std::pair<std::string, double>> nf4_rows;
+  {
+    namespace ops = llmtrain::ops;
+    const auto bf16 = cuda.dtype(torch::kBFloat16);
+    const auto big = ops::nf4_quantize(torch::randn({8192, 2048}, bf16) * 0.02);
+    const double n = 8192.0 * 2048;
+    results.push_back(compare(
+        "nf4 dequantize (8192 x 2048 to bf16)", n / 2 + n / 64 + n * 2,
+        [&] { ops::nf4_dequantize(big, torch::kBFloat16); }, iters));
+    const std::vector<std::pair<int64_t, int64_t>> layer{{2048, 2048}, {512, 2048},  {512, 2048}, {2048, 2048},
+                                                         {8192, 2048}, {8192, 2048}, {2048, 8192}};
+    std::vector<ops::NF4Weight> q;
+    std::vector<torch::Tensor> w;
+    double nf4_bytes = 0, bf16_bytes = 0;
+    for (int l = 0; l < 16; ++l)
+      for (const auto& [rows, cols] : layer) {
+        w.push_back(torch::randn({rows, cols}, bf16) * 0.02);
+        q.push_back(ops::nf4_quantize(w.back()));
+        nf4_bytes += double(rows * cols) / 2 + double(rows * cols) / 64;
+        bf16_bytes += double(rows * cols) * 2;
+      }
+    const auto x2048 = torch::randn({1, 2048}, bf16), x8192 = torch::randn({1, 8192}, bf16);
+    torch::NoGradGuard no_grad;
+    results.push_back(compare(
+        "nf4 x 1 row: 112 products of Llama-3.2-1B", nf4_bytes,
+        [&] {
+          for (const auto& t : q) ops::nf4_linear(t.shape[1] == 2048 ? x2048 : x8192, t);
+        },
+        std::max(1, iters / 5)));
+    {  // the same products replayed as one CUDA graph: the launches' gaps gone, as in a graphed decode step
+      at::cuda::CUDAStream side = at::cuda::getStreamFromPool();
+      at::cuda::CUDAGraph graph;
+      side.synchronize();
+      {
+        const at::cuda::CUDAStreamGuard guard(side);
+        graph.capture_begin();
+        for (const auto& t : q) ops::nf4_linear(t.shape[1] == 2048 ? x2048 : x8192, t);
+        graph.capture_end();
+      }
+      const double ms = time_ms([&] { graph.replay(); }, std::max(1, iters / 5));
+      nf4_rows.emplace_back("nf4 x 1 row, the 112 as one CUDA graph, ms", ms);
+      nf4_rows.emplace_back("  their GB/s", nf4_bytes / (ms * 1e-3) / 1e9);
+    }
+    nf4_rows.emplace_back("the same products, bf16 weights (cuBLAS), ms",
+                          time_ms(
+                              [&] {
+                                for (const auto& t : w) at::linear(t.size(1) == 2048 ? x2048 : x8192, t);
+                              },
+                              std::max(1, iters / 5)));
+    const auto src = torch::empty({int64_t(1) << 30}, cuda.dtype(torch::kByte)), dst = torch::empty_like(src);
+    const double copy_ms = time_ms([&] { dst.copy_(src); }, std::max(1, iters / 5));
+    const double copy_gbs = 2.0 * double(int64_t(1) << 30) / (copy_ms * 1e-3) / 1e9;
+    nf4_rows.emplace_back("  their GB/s", bf16_bytes / (nf4_rows[2].second * 1e-3) / 1e9);
+    nf4_rows.emplace_back("device copy of 1 GiB, GB/s read + written", copy_gbs);
+    const Result& gemv = results.back();
+    nf4_rows.emplace_back("nf4 x 1 row GB/s, of the device copy's (%)",
+                          100 * gemv.bytes / (gemv.fused_ms * 1e-3) / 1e9 / copy_gbs);
+    nf4_rows.emplace_back("  as one CUDA graph, of the device copy's (%)", 100 * nf4_rows[1].second / copy_gbs);
+  }
+
   std::printf("%-44s %10s %10s %9s %8s %8s\n", "kernel", "fused ms", "ATen ms", "GB/s", "of peak", "speedup");
   nlohmann::json out = nlohmann::json::array();
   for (const auto& r : results) {
@@ -271,6 +337,10 @@ int main(int argc, char** argv) {
     std::printf("attention fwd+bwd, SDPA backend %-12s %10.3f ms %8.0f TFLOP/s\n", name.c_str(), ms,
                 attn_flops / (ms * 1e-3) / 1e12);
     out.push_back({{"kernel", "attention/" + name}, {"ms", ms}});
+  }
+  for (const auto& [name, value] : nf4_rows) {
+    std::printf("%-44s %10.3f\n", name.c_str(), value);
+    out.push_back({{"kernel", name}, {"value", value}});
   }
   std::printf("%s\n", out.dump().c_str());
   return 0;

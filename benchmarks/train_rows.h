@@ -46,6 +46,8 @@ struct Variant {
   bool dp = false;                                 // through DataParallel over a one-rank NcclCommunicator
   bool zero = false;                               // and ZeRO-1 (its one shard: every parameter)
   std::optional<llmtrain::peft::LoraConfig> lora;  // adapters on a frozen base
+  bool nf4 = false;                                // that base in NF4 (QLoRA)
+  llmtrain::optim::StateFormat state = llmtrain::optim::StateFormat::kFP32;  // AdamW's moments
 };
 
 inline Row run(const Variant& v, const llmtrain::nn::ModelSpec& spec, int64_t B, int64_t T, int steps, int warmup,
@@ -59,8 +61,10 @@ inline Row run(const Variant& v, const llmtrain::nn::ModelSpec& spec, int64_t B,
   const auto model = llmtrain::nn::make_model(spec);
   if (v.lora) llmtrain::peft::add_lora(*model, *v.lora);
   model->module().to(torch::kCUDA);
+  if (v.nf4) llmtrain::peft::quantize_base(*model);
   llmtrain::optim::OptimizerOptions o;
   o.schedule.lr = 6e-4;
+  o.state = v.state;
   o.precision = v.precision;
   o.stochastic_rounding = v.kernels;  // the plain LibTorch rows round their bf16 copies to nearest
   llmtrain::optim::MixedPrecisionOptimizer opt(model->module(), o);

@@ -34,6 +34,39 @@ struct AdamWChunk {
   int64_t start;
 };
 
+/// One parameter tensor whose moments are in 8 bits (ops/adamw.h's layout): blocks of kAdamW8bitBlock
+/// values, each a float32 absmax and a uint8 code per value, the first moment's codes indexing the signed
+/// dynamic map, the second's the unsigned one. The moments may be in mapped pinned host memory.
+constexpr int kAdamW8bitBlock = 256;
+struct AdamW8bitTensor {
+  float* master;
+  void* param;
+  const void* grad;
+  uint8_t* m_codes;
+  float* m_absmax;
+  uint8_t* v_codes;
+  float* v_absmax;
+  int64_t numel;
+  float decay;  // 1 - lr * weight_decay
+  uint64_t round_key;
+};
+
+/// The step's constants, each rounded to float32 once from its double (as the ATen reference's scalars).
+struct AdamW8bitStep {
+  float beta1, one_minus_beta1, beta2, one_minus_beta2, eps;
+  float step_size;  // lr / (1 - beta1^step)
+  float root_bc2;   // sqrt(1 - beta2^step)
+};
+
+/// The maps and the midpoints between their neighbours (a value's code: the number of midpoints below
+/// it), on the device: float32, 256 and 255 values.
+struct AdamW8bitMaps {
+  const float* m_map;
+  const float* m_mids;
+  const float* v_map;
+  const float* v_mids;
+};
+
 /// partials[c] = sum of grad^2 over chunk c (float32 math).
 cudaError_t launch_grad_sumsq(const AdamWTensor* tensors, const AdamWChunk* chunks,  // device arrays
                               int64_t num_chunks, DType grad_dtype, float* partials, cudaStream_t stream);
@@ -50,5 +83,13 @@ cudaError_t launch_grad_norm_finish(const float* partials, int64_t num_chunks, f
 cudaError_t launch_adamw(const AdamWTensor* tensors, const AdamWChunk* chunks, int64_t num_chunks, DType grad_dtype,
                          float lr, float beta1, float beta2, float eps, float bc1, float bc2, const float* scale,
                          bool stochastic, cudaStream_t stream);
+
+/// launch_adamw for tensors with 8-bit moments (chunks of kAdamWChunk elements, a multiple of the
+/// block): each block's moments dequantized, updated as bitsandbytes' 8-bit AdamW updates them (m =
+/// beta1 m + (1 - beta1) g, v = beta2 v + (1 - beta2) g^2, w -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps)
+/// after w *= 1 - lr wd) and quantized again to the nearest map entry against the block's new absmax.
+cudaError_t launch_adamw8bit(const AdamW8bitTensor* tensors, const AdamWChunk* chunks, int64_t num_chunks,
+                             DType grad_dtype, const AdamW8bitMaps& maps, const AdamW8bitStep& step, const float* scale,
+                             bool stochastic, cudaStream_t stream);
 
 }  // namespace llmtrain::kernels

@@ -140,6 +140,14 @@ inline torch::Tensor floats_file(const std::string& path, at::IntArrayRef shape)
   return t;
 }
 
+/// Raw bytes a Python peer wrote (`path`), as a uint8 tensor.
+inline torch::Tensor bytes_file(const std::string& path) {
+  const std::string bytes = fs::read_file(path, uint64_t(1) << 32);
+  auto t = torch::empty({int64_t(bytes.size())}, torch::kByte);
+  std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
+  return t;
+}
+
 inline double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
 }

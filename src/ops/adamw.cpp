@@ -8,7 +8,9 @@
 #include "kernels/common/rounding.h"
 #include "llmtrain/config.h"
 #include "llmtrain/core/error.h"
+#include "llmtrain/ops/blockwise.h"
 #include "llmtrain/ops/dispatch.h"
+#include "tables.h"
 #if LLMTRAIN_WITH_CUDA
 #include "adamw_cuda.h"
 #endif
@@ -48,7 +50,39 @@ at::Tensor stochastic_bf16(const at::Tensor& master, uint64_t key) {
   return at::where(w.isfinite(), bits.view(at::kBFloat16), w.to(at::kBFloat16));          // inf, NaN: to nearest
 }
 
+int64_t blocks_8bit(int64_t numel) { return (numel + kAdamW8bitBlock - 1) / kAdamW8bitBlock; }
+int64_t header_8bit(int64_t numel) { return (4 * blocks_8bit(numel) + 15) / 16 * 16; }
+at::Tensor absmax_of(const at::Tensor& state, int64_t numel) {
+  return state.narrow(0, 0, 4 * blocks_8bit(numel)).view(at::kFloat);
+}
+at::Tensor codes_of(const at::Tensor& state, int64_t numel) { return state.narrow(0, header_8bit(numel), numel); }
+
+// Quantizes `moment` (float32, flat, on the state's device or not) into the 8-bit `state`.
+void store_8bit(const at::Tensor& state, const at::Tensor& moment, bool second) {
+  const int64_t n = moment.numel();
+  auto [codes, absmax] = detail::quantize_blocks(moment.reshape(-1), kAdamW8bitBlock,
+                                                 detail::midpoints_on(dynamic_map(!second), moment.device()));
+  codes_of(state, n).copy_(codes);
+  absmax_of(state, n).copy_(absmax);
+}
+
 }  // namespace
+
+int64_t adamw8bit_bytes(int64_t numel) { return header_8bit(numel) + numel; }
+
+at::Tensor adamw8bit_state(int64_t numel, const at::TensorOptions& options) {
+  LLMTRAIN_CHECK(numel > 0, "adamw8bit_state: numel must be positive, got ", numel);
+  return at::zeros({adamw8bit_bytes(numel)}, options.dtype(at::kByte));
+}
+
+at::Tensor adamw8bit_moment(const at::Tensor& state, int64_t numel, bool second) {
+  LLMTRAIN_CHECK(state.scalar_type() == at::kByte && state.dim() == 1 && state.is_contiguous() &&
+                     state.numel() == adamw8bit_bytes(numel),
+                 "adamw8bit_moment: expected a contiguous uint8 state of ", adamw8bit_bytes(numel), " bytes for ",
+                 numel, " elements, got ", state.scalar_type(), " ", state.sizes());
+  return detail::dequantize_blocks(codes_of(state, numel), absmax_of(state, numel), kAdamW8bitBlock,
+                                   detail::table_on(dynamic_map(!second), state.device()));
+}
 
 uint64_t round_key(const AdamWHyper& h, size_t index) {
   return kernels::mix64(kernels::mix64(h.round_seed ^ kernels::mix64(uint64_t(h.step))) + uint64_t(index));
@@ -87,19 +121,32 @@ void adamw_step(const std::vector<at::Tensor>& masters, const std::vector<at::Te
   LLMTRAIN_CHECK(norm_scale.numel() == 2, "adamw_step: norm_scale must be grad_norm_scale's (2) tensor, got ",
                  norm_scale.sizes());
   for (size_t i = 0; i < n; ++i) {
+    const at::Tensor& w = masters[i];
     const auto shape_of = [&](const at::Tensor& t, const char* name) {
-      LLMTRAIN_CHECK(t.defined() && t.sizes() == masters[i].sizes() && t.device() == masters[i].device(),
-                     "adamw_step: ", name, "[", i, "] must be ", masters[i].sizes(), " on ", masters[i].device(),
-                     ", got ", t.defined() ? t.sizes() : at::IntArrayRef{}, t.defined() ? " on " : " (undefined)",
-                     t.defined() ? t.device().str() : "");
+      LLMTRAIN_CHECK(t.defined() && t.sizes() == w.sizes() && t.device() == w.device(), "adamw_step: ", name, "[", i,
+                     "] must be ", w.sizes(), " on ", w.device(), ", got ", t.defined() ? t.sizes() : at::IntArrayRef{},
+                     t.defined() ? " on " : " (undefined)", t.defined() ? t.device().str() : "");
     };
-    LLMTRAIN_CHECK(masters[i].scalar_type() == at::kFloat, "adamw_step: masters[", i, "] must be float32, got ",
-                   masters[i].scalar_type());
-    for (const auto* s : {&exp_avgs[i], &exp_avg_sqs[i]})
-      LLMTRAIN_CHECK(s->scalar_type() == at::kFloat, "adamw_step: optimizer state [", i, "] must be float32");
+    LLMTRAIN_CHECK(w.scalar_type() == at::kFloat, "adamw_step: masters[", i, "] must be float32, got ",
+                   w.scalar_type());
+    const bool eight = exp_avgs[i].defined() && exp_avgs[i].scalar_type() == at::kByte;
+    for (const auto& [s, name] : {std::pair{&exp_avgs[i], "exp_avgs"}, std::pair{&exp_avg_sqs[i], "exp_avg_sqs"}}) {
+      LLMTRAIN_CHECK(s->defined() && s->is_contiguous(), "adamw_step: ", name, "[", i, "] must be a contiguous tensor");
+      // The state on the master's device, or in pinned host memory beside a CUDA master (paged).
+      LLMTRAIN_CHECK(s->device() == w.device() || (w.is_cuda() && s->is_cpu() && s->is_pinned()), "adamw_step: ", name,
+                     "[", i, "] is on ", s->device(), s->is_cpu() ? " (not pinned)" : "", "; its master is on ",
+                     w.device());
+      if (eight)
+        LLMTRAIN_CHECK(s->scalar_type() == at::kByte && s->dim() == 1 && s->numel() == adamw8bit_bytes(w.numel()),
+                       "adamw_step: ", name, "[", i, "] must be an 8-bit moment of ", adamw8bit_bytes(w.numel()),
+                       " bytes for ", w.numel(), " elements (exp_avgs[", i, "] is uint8), got ", s->scalar_type(), " ",
+                       s->sizes());
+      else
+        LLMTRAIN_CHECK(s->scalar_type() == at::kFloat && s->sizes() == w.sizes(), "adamw_step: ", name, "[", i,
+                       "] must be float32 ", w.sizes(), " (or both moments 8-bit: ", adamw8bit_bytes(w.numel()),
+                       " bytes), got ", s->scalar_type(), " ", s->sizes());
+    }
     shape_of(grads[i], "grads");
-    shape_of(exp_avgs[i], "exp_avgs");
-    shape_of(exp_avg_sqs[i], "exp_avg_sqs");
     if (!params.empty()) {
       shape_of(params[i], "params");
       LLMTRAIN_CHECK(params[i].scalar_type() == at::kBFloat16, "adamw_step: params[", i, "] must be bfloat16, got ",
@@ -116,14 +163,31 @@ void adamw_step(const std::vector<at::Tensor>& masters, const std::vector<at::Te
   const double bc1 = 1 - std::pow(h.beta1, double(h.step)), bc2 = 1 - std::pow(h.beta2, double(h.step));
   c10::AutoGradMode no_grad(false);
   for (size_t i = 0; i < n; ++i) {
+    const at::Tensor& w = masters[i];
     const at::Tensor g = grads[i].to(at::kFloat) * factor;
-    masters[i].mul_(1 - h.lr * weight_decays[i]);
-    exp_avgs[i].lerp_(g, 1 - h.beta1);
-    exp_avg_sqs[i].mul_(h.beta2).addcmul_(g, g, 1 - h.beta2);
-    const at::Tensor denom = (exp_avg_sqs[i].sqrt() / std::sqrt(bc2)).add_(h.eps);
-    masters[i].addcdiv_(exp_avgs[i], denom, -h.lr / bc1);
-    if (!params.empty())
-      params[i].copy_(h.stochastic_rounding ? stochastic_bf16(masters[i], round_key(h, i)) : masters[i]);
+    const bool eight = exp_avgs[i].scalar_type() == at::kByte;
+    // The moments on the master's device (a paged state is copied there and back).
+    const auto moment = [&](const at::Tensor& s, bool second) {
+      return eight ? adamw8bit_moment(s, w.numel(), second).to(w.device()).view(w.sizes()) : s.to(w.device());
+    };
+    at::Tensor m = moment(exp_avgs[i], false), v = moment(exp_avg_sqs[i], true);
+    w.mul_(1 - h.lr * weight_decays[i]);
+    if (eight) {  // bitsandbytes' arithmetic, which the 8-bit kernel follows
+      m.mul_(h.beta1).add_(g, 1 - h.beta1);
+    } else {
+      m.lerp_(g, 1 - h.beta1);
+    }
+    v.mul_(h.beta2).addcmul_(g, g, 1 - h.beta2);
+    const at::Tensor denom = (v.sqrt() / std::sqrt(bc2)).add_(h.eps);
+    w.addcdiv_(m, denom, -h.lr / bc1);
+    if (eight) {
+      store_8bit(exp_avgs[i], m, false);
+      store_8bit(exp_avg_sqs[i], v, true);
+    } else if (!exp_avgs[i].is_same(m)) {
+      exp_avgs[i].copy_(m);
+      exp_avg_sqs[i].copy_(v);
+    }
+    if (!params.empty()) params[i].copy_(h.stochastic_rounding ? stochastic_bf16(w, round_key(h, i)) : w);
   }
 }
 

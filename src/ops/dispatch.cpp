@@ -31,6 +31,7 @@ constexpr Switch kSwitches[] = {
     {Kernel::kRmsNorm, "rms_norm", true},
     {Kernel::kSwiGLU, "swiglu", true},
     {Kernel::kRotary, "rotary", true},
+    {Kernel::kNF4, "nf4", true},
 };
 constexpr size_t kCount = sizeof kSwitches / sizeof kSwitches[0];
 static_assert(

@@ -94,6 +94,7 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(torch::nn::Module& model, Optim
                  o_.beta2, ") must lie in [0, 1)");
   LLMTRAIN_CHECK(o_.eps > 0, "optimizer: eps must be positive, got ", o_.eps);
   LLMTRAIN_CHECK(o_.weight_decay >= 0, "optimizer: weight_decay must be >= 0, got ", o_.weight_decay);
+  LLMTRAIN_CHECK(o_.min_8bit_size >= 1, "optimizer: min_8bit_size must be positive, got ", o_.min_8bit_size);
   if (o_.precision == Precision::kBF16Master) model.to(torch::kBFloat16);
   for (const auto& p : model.parameters())
     if (p.requires_grad()) params_.push_back(p);
@@ -179,18 +180,30 @@ void MixedPrecisionOptimizer::queue_step(int64_t step) {
   for (size_t i = 0; i < masters_.size(); ++i) {
     const auto& m = masters_[i];
     auto& slot = adamw_->state()[m.unsafeGetTensorImpl()];
+    const bool eight = o_.state == StateFormat::k8Bit && m.numel() >= o_.min_8bit_size;
+    // Where the moments live: beside the master, or pinned on the host (paged, CUDA masters).
+    const bool paged = o_.paged && m.is_cuda();
+    const auto place = [&](const torch::Tensor& t) {
+      if (paged) return t.is_cpu() && t.is_pinned() ? t : t.to(torch::kCPU).pin_memory();
+      return t.device() == m.device() ? t : t.to(m.device()).contiguous();  // e.g. loaded from a checkpoint
+    };
     if (!slot) {
+      const auto where = m.options().dtype(torch::kFloat).device(paged ? torch::kCPU : m.device()).pinned_memory(paged);
+      const auto fresh_moment = [&] {
+        return eight ? ops::adamw8bit_state(m.numel(), where) : torch::zeros(m.sizes(), where);
+      };
       auto fresh = std::make_unique<torch::optim::AdamWParamState>();
-      fresh->exp_avg(torch::zeros_like(m, torch::MemoryFormat::Contiguous));
-      fresh->exp_avg_sq(torch::zeros_like(m, torch::MemoryFormat::Contiguous));
+      fresh->exp_avg(fresh_moment());
+      fresh->exp_avg_sq(fresh_moment());
       fresh->step(0);
       slot = std::move(fresh);
     }
     auto& st = static_cast<torch::optim::AdamWParamState&>(*slot);
-    if (st.exp_avg().device() != m.device()) {  // loaded from a checkpoint written on another device
-      st.exp_avg(st.exp_avg().to(m.device()).contiguous());
-      st.exp_avg_sq(st.exp_avg_sq().to(m.device()).contiguous());
-    }
+    LLMTRAIN_CHECK(st.exp_avg().scalar_type() == (eight ? torch::kByte : torch::kFloat), "optimizer: tensor ", i, " (",
+                   m.sizes(), ") has ", st.exp_avg().scalar_type() == torch::kByte ? "8-bit" : "float32",
+                   " moments (a loaded state?); this optimizer keeps them in ", eight ? "8 bits" : "float32");
+    st.exp_avg(place(st.exp_avg()));
+    st.exp_avg_sq(place(st.exp_avg_sq()));
     done = st.step();
     exp_avgs.push_back(st.exp_avg());
     exp_avg_sqs.push_back(st.exp_avg_sq());

@@ -117,6 +117,13 @@ std::vector<Field> fields(TrainerConfig& c) {
        "fp32, bf16, fp16 (with loss scaling) or bf16-master (bf16 weights, "
        "fp32 masters)"},
       {"train.rounding", choice(&c.train.rounding), "bf16-master's bf16 copies: stochastic or nearest"},
+      {"train.optimizer_state", choice(&c.train.optimizer_state),
+       "AdamW's moments: fp32, or 8bit (bitsandbytes' blockwise 8-bit state: a quarter of the memory)"},
+      {"train.optimizer_8bit_min_size", &c.train.optimizer_8bit_min_size,
+       "8bit: tensors of fewer elements keep fp32 moments"},
+      {"train.optimizer_paged", &c.train.optimizer_paged,
+       "GPU: keep the moments in pinned host memory, read and written over the bus by the update (frees their "
+       "device memory; paged optimizers' role)"},
       {"train.loss_scale", &c.train.loss_scale, "fp16: the first loss scale (halved at each overflow)"},
       {"train.loss_scale_growth_interval", &c.train.loss_scale_growth_interval,
        "fp16: steps without overflow after which the loss scale doubles"},
@@ -251,6 +258,7 @@ void validate(const TrainerConfig& c, const std::function<std::string(const std:
   LLMTRAIN_CHECK(std::isfinite(c.train.loss_scale) && c.train.loss_scale >= 1, from("train.loss_scale"),
                  ": train.loss_scale must be a finite number >= 1, got ", c.train.loss_scale);
   at_least("train.loss_scale_growth_interval", c.train.loss_scale_growth_interval, 1);
+  at_least("train.optimizer_8bit_min_size", c.train.optimizer_8bit_min_size, 1);
   const std::string& kind = c.tokenizer.kind;
   LLMTRAIN_CHECK(kind.empty() || kind == "gpt2" || kind == "sentencepiece" || kind == "hf", from("tokenizer.kind"),
                  ": tokenizer.kind must be gpt2, sentencepiece or hf (or empty), got \"", kind, "\"");
@@ -367,6 +375,9 @@ optim::OptimizerOptions TrainerConfig::optimizer() const {
   o.grad_clip = train.grad_clip;
   o.precision = train.precision;
   o.stochastic_rounding = train.rounding == optim::Rounding::kStochastic;
+  o.state = train.optimizer_state;
+  o.min_8bit_size = train.optimizer_8bit_min_size;
+  o.paged = train.optimizer_paged;
   o.scaler.init_scale = train.loss_scale;
   o.scaler.growth_interval = train.loss_scale_growth_interval;
   o.seed = train.seed;

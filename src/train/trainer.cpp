@@ -178,7 +178,8 @@ void check_resumed_config(const TrainerConfig& was, const TrainerConfig& now, co
                         key == "train.batch_size" || key == "train.seq_len" || key == "train.total_batch_tokens" ||
                         key == "train.lr" || key == "train.min_lr_frac" || key == "train.warmup_steps" ||
                         key == "train.schedule" || key == "train.precision" || key == "train.rounding" ||
-                        key == "train.seed" || (key == "train.max_steps" && !constant) || key.rfind("peft.", 0) == 0;
+                        key == "train.seed" || (key == "train.max_steps" && !constant) || key.rfind("peft.", 0) == 0 ||
+                        key == "train.optimizer_state" || key == "train.optimizer_8bit_min_size";
     (breaks ? refused : changed) += "\n  " + key + ": " + json::excerpt(x) + " -> " + json::excerpt(y);
   }
   LLMTRAIN_CHECK(refused.empty(), "cannot resume ", dir, " exactly: these keys differ from the checkpoint's run",
@@ -523,6 +524,7 @@ Trainer::~Trainer() {
 int64_t Trainer::step() const { return impl_->step; }
 nn::CausalLM& Trainer::model() { return *impl_->model; }
 std::shared_ptr<nn::CausalLM> Trainer::shared_model() { return impl_->model; }
+optim::MixedPrecisionOptimizer& Trainer::optimizer() { return *impl_->opt; }
 const TrainerConfig& Trainer::config() const { return impl_->cfg; }
 int64_t Trainer::grad_accum_steps() const { return impl_->accum; }
 void Trainer::on_step(std::function<void(const StepRecord&)> callback) { impl_->callback = std::move(callback); }

@@ -7,8 +7,6 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include <cstring>
-
 #include "llmtrain/core/fs.h"
 #include "llmtrain/ops/nf4.h"
 #include "test_util.h"
@@ -17,12 +15,7 @@ namespace {
 
 namespace ops = llmtrain::ops;
 
-torch::Tensor bytes_file(const std::string& path) {
-  const std::string bytes = llmtrain::fs::read_file(path);
-  auto t = torch::empty({int64_t(bytes.size())}, torch::kByte);
-  std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
-  return t;
-}
+using llmtrain::testing::bytes_file;
 
 TEST(OpsNF4, QuantizesAsBitsandbytes) {
   torch::manual_seed(0);
@@ -105,3 +98,57 @@ TEST(OpsNF4, LinearIsTheDequantizedProductForwardAndBackward) {
 }
 
 }  // namespace
+
+namespace {
+
+ops::NF4Weight to_cuda(const ops::NF4Weight& q) {
+  return {q.packed.cuda(), q.absmax_codes.cuda(), q.absmax2.cuda(), q.offset, q.shape};
+}
+
+}  // namespace
+
+// The GPU's NF4: quantized on the device as on the CPU; dequantized by the kernel bit for bit as the
+// reference (a tail of odd size too); the few-row product (1 to 4 rows, with and without bias) and
+// the many-row path (dequantized weight and cuBLAS), forward and input gradient, as the product with the
+// dequantized weight.
+TEST(OpsNF4, KernelsMatchTheReference_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  torch::manual_seed(2);
+  for (const auto& [rows, cols] :
+       std::vector<std::pair<int64_t, int64_t>>{{3, 7}, {130, 64}, {96, 192}, {1000, 2048}}) {
+    SCOPED_TRACE(testing::Message() << rows << " x " << cols);
+    const auto w = torch::randn({rows, cols}) * 0.05;
+    const auto q = ops::nf4_quantize(w), qc = ops::nf4_quantize(w.cuda());
+    EXPECT_TRUE(torch::equal(qc.packed.cpu(), q.packed));
+    EXPECT_TRUE(torch::equal(qc.absmax_codes.cpu(), q.absmax_codes));
+    // The absmaxes' mean (the offset) is a sum in another order on the device: the scales may differ by
+    // an ulp or two.
+    EXPECT_LE(llmtrain::testing::max_abs_diff(qc.absmax2.cpu(), q.absmax2),
+              1e-6 * q.absmax2.abs().max().item<double>());
+    EXPECT_NEAR(qc.offset, q.offset, 1e-6 * std::abs(q.offset));
+    const auto g = to_cuda(q);
+    for (const auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf})
+      EXPECT_TRUE(torch::equal(ops::nf4_dequantize(g, dtype).cpu(), ops::nf4_dequantize(q, dtype))) << dtype;
+    if (cols % 64 != 0) continue;
+    for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+      const auto deq = ops::nf4_dequantize(g, dtype);
+      const auto b = torch::randn({rows}, torch::TensorOptions().device(torch::kCUDA).dtype(dtype));
+      const double tol = dtype == torch::kFloat ? 1e-4 : 2e-2;
+      for (const int64_t m : {1, 2, 4, 64}) {
+        SCOPED_TRACE(testing::Message() << m << " rows, " << dtype);
+        const auto x = torch::randn({m, cols}, torch::TensorOptions().device(torch::kCUDA).dtype(dtype));
+        for (const bool with_bias : {false, true}) {
+          const auto y = ops::nf4_linear(x, g, with_bias ? b : torch::Tensor());
+          const auto want = torch::nn::functional::linear(x.to(torch::kFloat), deq.to(torch::kFloat),
+                                                          with_bias ? b.to(torch::kFloat) : torch::Tensor());
+          EXPECT_LT(llmtrain::testing::max_abs_diff(y, want), tol * (1 + want.abs().max().item<double>()));
+        }
+        const auto xg = x.detach().clone().requires_grad_();
+        const auto dy = torch::randn({m, rows}, x.options());
+        ops::nf4_linear(xg, g).backward(dy);
+        EXPECT_LT(llmtrain::testing::max_abs_diff(xg.grad(), dy.to(torch::kFloat).mm(deq.to(torch::kFloat))),
+                  tol * (1 + xg.grad().abs().max().item<double>()));
+      }
+    }
+  }
+}

@@ -231,6 +231,36 @@ TEST(Trainer, ResumeGivesExactlyTheLossesOfAnUninterruptedRun) {
   for (size_t i = 0; i < rest.size(); ++i) EXPECT_EQ(rest[i], expected[10 + i]) << "step " << 11 + i;  // bitwise
 }
 
+// 8-bit AdamW moments (train.optimizer_state) in fp32 and bf16-master: the run learns, its checkpoint
+// holds the 8-bit state and resumes to the bit, and a resume that asks for float32 moments is refused.
+TEST(Trainer, EightBitOptimizerStateResumesExactly) {
+  for (const char* precision : {"fp32", "bf16-master"}) {
+    SCOPED_TRACE(precision);
+    RunFolder run;
+    const std::vector<std::string> sets = {"train.optimizer_state=8bit",
+                                           "train.optimizer_8bit_min_size=512",
+                                           std::string("train.precision=") + precision,
+                                           "train.max_steps=12",
+                                           "checkpoint.every=6",
+                                           "train.lr=3e-3"};
+    Trainer full(run.config("full", sets));
+    const auto expected = run_losses(full);
+    ASSERT_EQ(expected.size(), 12u);
+    EXPECT_LT(expected.back(), expected.front());
+    int64_t eight = 0;
+    for (const auto& [key, st] : full.optimizer().adamw().state())
+      eight += static_cast<torch::optim::AdamWParamState&>(*st).exp_avg().scalar_type() == torch::kByte;
+    EXPECT_GT(eight, 0);
+    const auto rest = resumed_losses(run, sets, 6);
+    ASSERT_EQ(rest.size(), 6u);
+    for (size_t i = 0; i < rest.size(); ++i) EXPECT_EQ(rest[i], expected[6 + i]) << "step " << 7 + i;  // bitwise
+    auto fp32 = sets;
+    fp32[0] = "train.optimizer_state=fp32";
+    Trainer other(run.config("split", fp32));
+    expect_error([&] { other.resume_if_possible(); }, {"cannot resume", "train.optimizer_state: \"8bit\" -> \"fp32\""});
+  }
+}
+
 // Each Llama-family tiny model trains through the same Trainer and resumes to the bit, its checkpoint
 // recording its family and shape.
 TEST(Trainer, LlamaFamilyModelsTrainAndResumeExactly) {
@@ -752,6 +782,49 @@ TEST(Trainer, CudaGraphStepsEqualEagerSteps_CUDA) {
   for (size_t i = 0; i < rest.size(); ++i) {
     if (bitwise) EXPECT_EQ(rest[i], got[5 + i]) << "step " << 6 + i;
     else EXPECT_NEAR(rest[i], got[5 + i], 2e-2 * std::abs(got[5 + i])) << "step " << 6 + i;
+  }
+}
+
+// QLoRA on the GPU with the moments in 8 bits and paged into pinned host memory: the NF4 kernels in
+// the forward and backward (CUDA graphs on), the 8-bit update over the bus; the run learns, its moments
+// stay on the host, and a stop and resume gives the uninterrupted run's losses (to the bit where the
+// kernels are reproducible here).
+TEST(Trainer, QloraWithPagedEightBitMomentsOnTheGpu_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  RunFolder run;
+  const std::vector<std::string> sets = {"device=cuda",
+                                         "model.preset=llama-tiny",
+                                         "model.vocab_size=8192",
+                                         "train.precision=bf16-master",
+                                         "peft.method=qlora",
+                                         "peft.r=4",
+                                         "peft.alpha=8",
+                                         "peft.target_modules=[\"all-linear\"]",
+                                         "train.lr=1e-2",
+                                         "train.optimizer_state=8bit",
+                                         "train.optimizer_8bit_min_size=256",
+                                         "train.optimizer_paged=true",
+                                         "train.max_steps=12",
+                                         "checkpoint.every=6"};
+  Trainer full(run.config("full", sets));
+  const auto want = run_losses(full);
+  ASSERT_EQ(want.size(), 12u);
+  EXPECT_LT(want.back(), want.front());
+  int64_t paged_8bit = 0;
+  for (const auto& [key, st] : full.optimizer().adamw().state()) {
+    const auto& m = static_cast<torch::optim::AdamWParamState&>(*st).exp_avg();
+    EXPECT_TRUE(m.is_cpu() && m.is_pinned());
+    paged_8bit += m.scalar_type() == torch::kByte;
+  }
+  EXPECT_GT(paged_8bit, 0);
+  const auto rest = resumed_losses(run, sets, 6);
+  ASSERT_EQ(rest.size(), 6u);
+  for (size_t i = 0; i < rest.size(); ++i) EXPECT_NEAR(rest[i], want[6 + i], 1e-3 * std::abs(want[6 + i])) << i;
+  Trainer again(run.config("again", sets));
+  const bool bitwise = run_losses(again) == want;
+  std::printf("[   NOTE   ] two runs equal bit for bit: %s\n", bitwise ? "yes" : "no");
+  if (bitwise) {
+    for (size_t i = 0; i < rest.size(); ++i) EXPECT_EQ(rest[i], want[6 + i]) << "step " << 7 + i;
   }
 }
 

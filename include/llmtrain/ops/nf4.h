@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "llmtrain/ops/blockwise.h"  // dynamic_map, the absmaxes' map
+
 namespace llmtrain::ops {
 
 constexpr int64_t kNF4Block = 64;         // values per absmax
@@ -31,9 +33,6 @@ struct NF4Weight {
 /// NF4's 16 levels in [-1, 1] (float32, on the CPU): the QLoRA paper's quantiles of a normal
 /// distribution, as bitsandbytes tabulates them.
 const at::Tensor& nf4_levels();
-/// bitsandbytes' signed 8-bit dynamic map (create_dynamic_map(signed=True)): 256 sorted float32 values
-/// in [-1, 1], on the CPU.
-const at::Tensor& dynamic_map();
 
 /// `w` (any shape, floating, any device) in NF4. Throws llmtrain::Error for an empty or non-floating
 /// tensor or one with a non-finite value (named).

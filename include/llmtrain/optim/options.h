@@ -31,6 +31,15 @@ inline const ChoiceNames<Rounding>& choice_names(Rounding) {
   return names;
 }
 
+/// How AdamW keeps its moments: float32, or bitsandbytes' blockwise 8-bit state (ops/adamw.h), a
+/// quarter of the memory.
+enum class StateFormat { kFP32, k8Bit };
+
+inline const ChoiceNames<StateFormat>& choice_names(StateFormat) {
+  static const ChoiceNames<StateFormat> names{{StateFormat::kFP32, "fp32"}, {StateFormat::k8Bit, "8bit"}};
+  return names;
+}
+
 /// How the fp16 loss scale starts and moves.
 struct GradScalerOptions {
   double init_scale = 65536.0, growth_factor = 2.0, backoff_factor = 0.5;
@@ -49,6 +58,12 @@ struct OptimizerOptions {
   bool stochastic_rounding = true;
   uint64_t seed = 0;
   GradScalerOptions scaler;
+  StateFormat state = StateFormat::kFP32;
+  // 8bit: tensors of fewer elements keep float32 moments (biases, norms: bitsandbytes' min_8bit_size).
+  int64_t min_8bit_size = 4096;
+  // The moments in pinned host memory, read and written by the update over the bus (CUDA parameters;
+  // the role of bitsandbytes' paged optimizers): device memory for larger models, at the bus's speed.
+  bool paged = false;
 };
 
 }  // namespace llmtrain::optim

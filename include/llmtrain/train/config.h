@@ -83,7 +83,10 @@ struct TrainConfig {
   double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, grad_clip = 1.0;
   Choice<optim::Precision> precision = optim::Precision::kFP32;
   Choice<optim::Rounding> rounding = optim::Rounding::kStochastic;  // bf16-master's bf16 copies
-  double loss_scale = 65536;                                        // fp16: the first loss scale
+  Choice<optim::StateFormat> optimizer_state = optim::StateFormat::kFP32;
+  int64_t optimizer_8bit_min_size = 4096;
+  bool optimizer_paged = false;
+  double loss_scale = 65536;                  // fp16: the first loss scale
   int64_t loss_scale_growth_interval = 2000;  // fp16: steps without overflow before the scale doubles
   uint64_t seed = 1337;
   bool cuda_graph = true;  // CUDA, not fp16, one rank: each micro-step's forward and backward replayed as a graph

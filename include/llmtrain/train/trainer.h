@@ -52,6 +52,8 @@ class Trainer {
   nn::CausalLM& model();
   /// The same, shared (for a Generator, or to save it with model_files.h).
   std::shared_ptr<nn::CausalLM> shared_model();
+  /// The optimizer loop (its AdamW state, masters, loss scale).
+  optim::MixedPrecisionOptimizer& optimizer();
   const TrainerConfig& config() const;
   int64_t grad_accum_steps() const;
   /// Called with every step's record (tests and examples watch progress or stop a run through it). On
