@@ -315,15 +315,31 @@ torch::Tensor NF4WeightImpl::linear(const torch::Tensor& x, const torch::Tensor&
 
 torch::Tensor NF4WeightImpl::weight(torch::ScalarType dtype) { return ops::nf4_dequantize(quantized(), dtype); }
 
-std::vector<std::string> quantize_base(nn::CausalLM& model) {
+// ---- Int8Weight ---------------------------------------------------------------------------------
+
+Int8WeightImpl::Int8WeightImpl(const torch::Tensor& weight) {
+  const ops::Int8Weight q = ops::int8_quantize(weight);
+  codes_ = register_buffer("codes", q.codes);
+  absmax_ = register_buffer("absmax", q.absmax);
+}
+
+torch::Tensor Int8WeightImpl::linear(const torch::Tensor& x, const torch::Tensor& bias) {
+  return ops::int8_linear(x, {codes_, absmax_}, bias);
+}
+
+torch::Tensor Int8WeightImpl::weight(torch::ScalarType dtype) { return ops::int8_dequantize({codes_, absmax_}, dtype); }
+
+std::vector<std::string> quantize_base(nn::CausalLM& model, BaseFormat format) {
   torch::NoGradGuard no_grad;
   std::vector<std::string> names;
   for (const auto& item : model.module().named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
     auto* lin = item.value()->as<torch::nn::Linear>();
     if (lin == nullptr || !base_layer(item.key()) || item.key() == "lm_head" || nn::stored_weight_of(*lin) != nullptr)
       continue;
-    lin->register_module(nn::kStoredWeightName,
-                         std::shared_ptr<nn::StoredWeightImpl>(std::make_shared<NF4WeightImpl>(lin->weight)));
+    std::shared_ptr<nn::StoredWeightImpl> stored;
+    if (format == BaseFormat::kInt8) stored = std::make_shared<Int8WeightImpl>(lin->weight);
+    else stored = std::make_shared<NF4WeightImpl>(lin->weight);
+    lin->register_module(nn::kStoredWeightName, stored);
     lin->weight.set_data(torch::empty({0}, lin->weight.options()));  // the memory QLoRA saves
     lin->weight.set_requires_grad(false);
     names.push_back(item.key());

@@ -136,6 +136,9 @@ std::vector<Field> fields(TrainerConfig& c) {
        "none (every parameter trains), lora (adapters on a frozen base; checkpoints hold the adapters, in "
        "PEFT's files, and their optimizer state) or qlora (the same over a base held in 4-bit NF4 with double "
        "quantization: every linear layer but the head)"},
+      {"peft.quantization", choice(&c.peft.quantization),
+       "qlora: the frozen base's storage: nf4 (4-bit NormalFloat, blocks of 64, double quantization: bitsandbytes' "
+       "QLoRA) or int8 (each row scaled by its absolute maximum: LLM.int8's weights)"},
       {"peft.r", &c.peft.r, "lora: the adapters' rank"},
       {"peft.alpha", &c.peft.alpha, "lora: lora_alpha; the adapters' output is scaled by alpha / r"},
       {"peft.dropout", &c.peft.dropout, "lora: dropout on the adapters' input while training"},

@@ -177,7 +177,7 @@ std::shared_ptr<nn::CausalLM> load_checkpoint_model(const std::string& path) {
       model = load_model(base);
     }
     peft::load_lora(*model, dir);
-    if (cfg.peft.method == PeftMethod::kQLora) peft::quantize_base(*model);
+    if (cfg.peft.method == PeftMethod::kQLora) peft::quantize_base(*model, cfg.peft.quantization);
     peft::merge_lora(*model);
     return model;
   }

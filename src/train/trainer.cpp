@@ -109,16 +109,20 @@ double device_memory(torch::Device device) {
 
 // A lower bound of the memory a run takes: the parameters, their gradients, AdamW's two moments and the
 // bf16-master copies (those two over the ranks with ZeRO-1), and one micro-batch's logits; with LoRA
-// the frozen base alone (the adapters are a small part), in NF4 with QLoRA. A config past the device's memory is
+// the frozen base alone (the adapters are a small part), in NF4 or int8 with QLoRA; 8-bit or paged moments take
+// less or none. A config past the device's memory is
 // refused at once, with both figures, rather than failing in an allocation.
 void check_memory(const TrainerConfig& c, const nn::ModelSpec& spec, torch::Device device, int world) {
   const double params = double(spec.stored_parameters());
   const bool master = c.train.precision == optim::Precision::kBF16Master,
              low = c.train.precision != optim::Precision::kFP32, full = c.peft.method == PeftMethod::kNone,
-             nf4 = c.peft.method == PeftMethod::kQLora;
-  // the parameters and their gradients; NF4 about half a byte a weight
-  const double weights = nf4 ? params * 0.52 : params * (master ? 2 : 4) * (full ? 2 : 1);
-  const double optimizer = full ? params * (master ? 8 + 4 : 8) / (c.train.zero ? world : 1) : 0.0;
+             quantized = c.peft.method == PeftMethod::kQLora;
+  // the parameters and their gradients; NF4 about half a byte a weight, int8 one
+  const double weights = quantized ? params * (c.peft.quantization == peft::BaseFormat::kInt8 ? 1.0 : 0.52)
+                                   : params * (master ? 2 : 4) * (full ? 2 : 1);
+  // the moments (8 bytes a parameter, 2 in 8 bits, none on the device when paged) and the masters
+  const double moments = c.train.optimizer_paged ? 0.0 : c.train.optimizer_state == optim::StateFormat::k8Bit ? 2 : 8;
+  const double optimizer = full ? params * (moments + (master ? 4 : 0)) / (c.train.zero ? world : 1) : 0.0;
   const double logits =
       double(c.train.batch_size) * double(c.train.seq_len) * double(spec.logits_width()) * (low ? 2 : 4);
   const double need = weights + optimizer + logits, have = device_memory(device);
@@ -470,7 +474,7 @@ Trainer::Trainer(TrainerConfig config, std::shared_ptr<dist::Communicator> comm)
     peft::add_lora(*d.model, *d.lora);
   }
   d.model->module().to(d.device);
-  if (c.peft.method == PeftMethod::kQLora) peft::quantize_base(*d.model);  // on the device: quick there
+  if (c.peft.method == PeftMethod::kQLora) peft::quantize_base(*d.model, c.peft.quantization);  // on the device
   d.opt = std::make_unique<optim::MixedPrecisionOptimizer>(d.model->module(), c.optimizer());
   LLMTRAIN_CHECK(!c.train.zero || d.comm, "train.zero shards the optimizer over data-parallel ranks, and this run ",
                  "has no communicator: start it under mpirun (train makes one there) or set train.zero=false");

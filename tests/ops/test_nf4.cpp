@@ -3,11 +3,14 @@
 // bit for bit; the same 8-bit absmax codes but where bitsandbytes' CPU search misses the nearest
 // level (its binary search can land one below: there ours must be the nearer), and the same
 // dequantized weights wherever those agree; the round trip within the format's bound; nf4_linear's
-// forward and input gradient those of the dequantized weight.
+// forward and input gradient those of the dequantized weight; on a GPU, the kernels against the
+// reference. int8 rows (ops/int8.h) against bitsandbytes' int8_vectorwise_quant the same way.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <functional>
 
 #include "llmtrain/core/fs.h"
+#include "llmtrain/ops/int8.h"
 #include "llmtrain/ops/nf4.h"
 #include "test_util.h"
 
@@ -17,6 +20,28 @@ namespace ops = llmtrain::ops;
 
 using llmtrain::testing::bytes_file;
 
+// bitsandbytes (tests/python/bnb_peer.py `mode`) quantizing the float32 matrix w, its files in `dir`.
+int run_bnb(const std::string& mode, const torch::Tensor& w, const std::string& dir) {
+  const std::string in = dir + "/w.bin";
+  llmtrain::fs::write_file_atomic(in, std::string(static_cast<const char*>(w.data_ptr()), size_t(w.nbytes())));
+  return llmtrain::testing::run_command("'" + llmtrain::testing::test_python() + "' '" +
+                                        llmtrain::testing::test_source_dir() + "/tests/python/bnb_peer.py' " + mode +
+                                        " '" + in + "' " + std::to_string(w.size(0)) + " " + std::to_string(w.size(1)) +
+                                        " '" + dir + "' > /dev/null 2>&1");
+}
+
+// f(x) is x deq^T + b, forward and input gradient, within 1e-6 (fp32).
+void expect_dequantized_product(const std::function<torch::Tensor(const torch::Tensor&)>& f, const torch::Tensor& deq,
+                                const torch::Tensor& b) {
+  const auto x = torch::randn({2, 3, deq.size(1)}).requires_grad_(), xr = x.detach().clone().requires_grad_();
+  const auto y = f(x), yr = torch::nn::functional::linear(xr, deq, b);
+  EXPECT_LT(llmtrain::testing::max_abs_diff(y, yr), 1e-6);
+  const auto dy = torch::randn_like(y);
+  y.backward(dy);
+  yr.backward(dy);
+  EXPECT_LT(llmtrain::testing::max_abs_diff(x.grad(), xr.grad()), 1e-6);
+}
+
 TEST(OpsNF4, QuantizesAsBitsandbytes) {
   torch::manual_seed(0);
   for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{3, 7}, {40, 50}, {130, 64}, {1000, 99}}) {
@@ -25,13 +50,7 @@ TEST(OpsNF4, QuantizesAsBitsandbytes) {
     // Heavy-tailed like trained weights, and a zero block.
     auto w = torch::randn({rows, cols}) * torch::rand({rows, 1}) * 0.05;
     if (w.numel() > 128) w.view(-1).narrow(0, 64, 64).zero_();
-    const std::string in = t.path + "/w.bin";
-    llmtrain::fs::write_file_atomic(in, std::string(static_cast<const char*>(w.data_ptr()), size_t(w.nbytes())));
-    ASSERT_EQ(llmtrain::testing::run_command("'" + llmtrain::testing::test_python() + "' '" +
-                                             llmtrain::testing::test_source_dir() + "/tests/python/bnb_peer.py' nf4 '" +
-                                             in + "' " + std::to_string(rows) + " " + std::to_string(cols) + " '" +
-                                             t.path + "' > /dev/null 2>&1"),
-              0);
+    ASSERT_EQ(run_bnb("nf4", w, t.path), 0);
     const auto q = ops::nf4_quantize(w);
     EXPECT_TRUE(torch::equal(q.packed, bytes_file(t.path + "/packed.bin")));
     EXPECT_TRUE(torch::equal(q.absmax2, llmtrain::testing::floats_file(t.path + "/absmax2.bin", q.absmax2.sizes())));
@@ -76,18 +95,46 @@ TEST(OpsNF4, QuantizesAsBitsandbytes) {
   }
 }
 
+// int8 rows against bitsandbytes' int8_vectorwise_quant and _dequant: the same codes, row maxima and
+// dequantized weights bit for bit; each value within half a step (absmax / 254) of the weight; an
+// all-zero row stays zero; int8_linear is the dequantized weight's product, forward and backward.
+TEST(OpsInt8, QuantizesAsBitsandbytesAndMultipliesAsTheDequantizedWeight) {
+  torch::manual_seed(4);
+  llmtrain::testing::TempDir t;
+  const int64_t rows = 37, cols = 130;
+  const auto w = torch::randn({rows, cols}) * torch::rand({rows, 1}) * 0.05;
+  ASSERT_EQ(run_bnb("int8", w, t.path), 0);
+  const auto q = ops::int8_quantize(w);
+  EXPECT_TRUE(torch::equal(q.codes, bytes_file(t.path + "/codes.bin").view(torch::kChar).view({rows, cols})));
+  EXPECT_TRUE(torch::equal(q.absmax, llmtrain::testing::floats_file(t.path + "/absmax.bin", {rows})));
+  const auto back = ops::int8_dequantize(q, torch::kFloat);
+  EXPECT_TRUE(torch::equal(back, llmtrain::testing::floats_file(t.path + "/dequantized.bin", {rows, cols})));
+  EXPECT_TRUE(((back - w).abs() <= q.absmax.view({-1, 1}) / 254 * (1 + 1e-5)).all().item<bool>());
+  auto z = w.clone();
+  z[3].zero_();
+  EXPECT_EQ(ops::int8_dequantize(ops::int8_quantize(z), torch::kFloat)[3].abs().max().item<float>(), 0.0f);
+  const auto b = torch::randn({rows});
+  expect_dequantized_product([&](const torch::Tensor& x) { return ops::int8_linear(x, q, b); }, back, b);
+  llmtrain::testing::expect_error(
+      [&] {
+        ops::int8_linear(torch::randn({2, 7}), q);
+      },
+      {"int8_linear: x [2, 7] does not fit the weight [37, 130]"});
+  llmtrain::testing::expect_error([&] { ops::int8_quantize(torch::randn({4})); },
+                                  {"int8_quantize: expected a non-empty floating (out, in) matrix"});
+  llmtrain::testing::expect_error(
+      [&] {
+        ops::int8_quantize(torch::full({2, 2}, NAN));
+      },
+      {"int8_quantize: the weight [2, 2] holds a value that is not finite"});
+}
+
 TEST(OpsNF4, LinearIsTheDequantizedProductForwardAndBackward) {
   torch::manual_seed(1);
   const auto w = torch::randn({24, 40}) * 0.1, b = torch::randn({24});
   const auto q = ops::nf4_quantize(w);
   const auto deq = ops::nf4_dequantize(q, torch::kFloat);
-  const auto x = torch::randn({2, 3, 40}, torch::kFloat).requires_grad_(), xr = x.detach().clone().requires_grad_();
-  const auto y = ops::nf4_linear(x, q, b), yr = torch::nn::functional::linear(xr, deq, b);
-  EXPECT_LT(llmtrain::testing::max_abs_diff(y, yr), 1e-6);
-  const auto dy = torch::randn_like(y);
-  y.backward(dy);
-  yr.backward(dy);
-  EXPECT_LT(llmtrain::testing::max_abs_diff(x.grad(), xr.grad()), 1e-6);
+  expect_dequantized_product([&](const torch::Tensor& x) { return ops::nf4_linear(x, q, b); }, deq, b);
   llmtrain::testing::expect_error(
       [&] {
         ops::nf4_linear(torch::randn({2, 41}), q);

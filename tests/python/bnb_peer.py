@@ -1,4 +1,4 @@
-"""Test peer: bitsandbytes' NF4 quantization and 8-bit AdamW (its CPU build) for llmtrain's tests.
+"""Test peer: bitsandbytes' NF4 and int8 quantization and 8-bit AdamW (its CPU build) for llmtrain's tests.
 
 Usage:
   bnb_peer.py nf4 IN ROWS COLS OUT   IN holds ROWS x COLS float32 values (raw); quantize_4bit (nf4,
@@ -6,6 +6,9 @@ Usage:
                                      packed.bin (uint8), absmax.bin (uint8), absmax2.bin (float32),
                                      offset.bin (float32), dynamic.bin (float32, its 8-bit dynamic map)
                                      and dequantized.bin (float32, dequantize_4bit)
+  bnb_peer.py int8 IN ROWS COLS OUT  int8_vectorwise_quant of the ROWS x COLS float32 values in IN: OUT/codes.bin
+                                     (int8), OUT/absmax.bin (float32, the rows' statistics) and
+                                     OUT/dequantized.bin (float32, int8_vectorwise_dequant)
   bnb_peer.py adamw8bit DIR STEPS LR WD N...
                                      AdamW8bit (betas 0.9, 0.95, eps 1e-8, min_8bit_size 4096) over
                                      tensors of N[i] float32 values: DIR/p{i}.bin the start, DIR/g{s}_{i}.bin
@@ -35,6 +38,14 @@ def nf4(path: str, rows: int, cols: int, out: str) -> None:
     F.dequantize_4bit(q, state).float().numpy().tofile(f"{out}/dequantized.bin")
 
 
+def int8(path: str, rows: int, cols: int, out: str) -> None:
+    w = torch.from_numpy(np.fromfile(path, dtype=np.float32).reshape(rows, cols))
+    codes, stats, _ = F.int8_vectorwise_quant(w)
+    codes.numpy().tofile(f"{out}/codes.bin")
+    stats.float().numpy().tofile(f"{out}/absmax.bin")
+    F.int8_vectorwise_dequant(codes, stats).float().numpy().tofile(f"{out}/dequantized.bin")
+
+
 def adamw8bit(folder: str, steps: int, lr: float, wd: float, sizes: list) -> None:
     from bitsandbytes.optim import AdamW8bit
 
@@ -59,8 +70,8 @@ def adamw8bit(folder: str, steps: int, lr: float, wd: float, sizes: list) -> Non
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "nf4":
-        nf4(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+    if sys.argv[1] in ("nf4", "int8"):
+        (nf4 if sys.argv[1] == "nf4" else int8)(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
     else:
         assert sys.argv[1] == "adamw8bit"
         adamw8bit(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5]), [int(n) for n in sys.argv[6:]])

@@ -299,10 +299,11 @@ TEST(Trainer, LlamaFamilyModelsTrainAndResumeExactly) {
 }
 
 // LoRA on a frozen base (GPT-2 in fp32 and in bf16-master, Llama on every linear layer, and QLoRA's
-// NF4 base under each family): the base never moves, the checkpoints hold the adapters as PEFT's files
-// (no model.pt) and resume to the bit, and a checkpoint loads as its base with the adapters merged.
+// NF4 base under each family, and its int8 base): the base never moves, the checkpoints hold the adapters as PEFT's
+// files (no model.pt) and resume to the bit, and a checkpoint loads as its base with the adapters merged.
 TEST(Trainer, LoraTrainsAFrozenBaseAndResumesExactly) {
-  for (const std::string which : {"gpt2", "gpt2 bf16-master", "llama", "gpt2 qlora", "llama qlora bf16-master"}) {
+  for (const std::string which :
+       {"gpt2", "gpt2 bf16-master", "llama", "gpt2 qlora", "llama qlora bf16-master", "llama qlora-int8"}) {
     SCOPED_TRACE(which);
     RunFolder run;
     std::vector<std::string> sets = {"peft.method=lora",   "peft.r=4",     "peft.alpha=8", "train.max_steps=12",
@@ -315,6 +316,7 @@ TEST(Trainer, LoraTrainsAFrozenBaseAndResumesExactly) {
     }
     if (bf16) sets.push_back("train.precision=bf16-master");
     if (qlora) sets[0] = "peft.method=qlora";
+    if (which.find("int8") != std::string::npos) sets.push_back("peft.quantization=int8");
     Trainer full(run.config("full", sets));
     std::vector<torch::Tensor> before;  // every parameter as it starts
     for (const auto& p : full.model().module().named_parameters()) {

@@ -16,6 +16,7 @@
 #include "llmtrain/core/fs.h"
 #include "llmtrain/nn/adapter.h"
 #include "llmtrain/nn/causal_lm.h"
+#include "llmtrain/ops/int8.h"
 #include "llmtrain/ops/nf4.h"
 #include "llmtrain/peft/lora_config.h"
 
@@ -50,11 +51,25 @@ class NF4WeightImpl : public nn::StoredWeightImpl {
   std::vector<int64_t> shape_;
 };
 
+/// The same for int8 rows (ops/int8.h).
+class Int8WeightImpl : public nn::StoredWeightImpl {
+ public:
+  explicit Int8WeightImpl(const torch::Tensor& weight);
+  torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& bias) override;
+  torch::Tensor weight(torch::ScalarType dtype) override;
+  void to(torch::Dtype, bool) override {}
+  void to(torch::Device device, torch::Dtype, bool non_blocking) override { Module::to(device, non_blocking); }
+  void to(torch::Device device, bool non_blocking) override { Module::to(device, non_blocking); }
+
+ private:
+  torch::Tensor codes_, absmax_;
+};
+
 /// QLoRA's base: the weight of every linear layer but the output head (as bitsandbytes' 4-bit loading
-/// leaves the head alone) replaced by its NF4 form; the layer's own weight parameter is left empty.
-/// Adapters attached before stay. Returns the quantized layers' names.
+/// leaves the head alone) replaced by its NF4 (or int8) form; the layer's own weight parameter is left
+/// empty. Adapters attached before stay. Returns the quantized layers' names.
 ///   peft::add_lora(*model, cfg);  peft::quantize_base(*model);
-std::vector<std::string> quantize_base(nn::CausalLM& model);
+std::vector<std::string> quantize_base(nn::CausalLM& model, BaseFormat format = BaseFormat::kNF4);
 
 /// Fresh adapters on every linear layer `cfg` targets (from the global generator, after
 /// torch::manual_seed, in `init`'s way; on each layer's device and dtype) and the base frozen: every

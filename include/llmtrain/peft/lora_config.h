@@ -23,6 +23,15 @@ inline const ChoiceNames<LoraInit>& choice_names(LoraInit) {
   return names;
 }
 
+/// How QLoRA stores the frozen base: 4-bit NormalFloat with double quantization (bitsandbytes' QLoRA,
+/// ops/nf4.h) or 8-bit rows (LLM.int8-style, ops/int8.h).
+enum class BaseFormat { kNF4, kInt8 };
+
+inline const ChoiceNames<BaseFormat>& choice_names(BaseFormat) {
+  static const ChoiceNames<BaseFormat> names{{BaseFormat::kNF4, "nf4"}, {BaseFormat::kInt8, "int8"}};
+  return names;
+}
+
 /// What adapter_config.json says of a LoRA adapter, in PEFT's terms. Options llmtrain does not
 /// implement (DoRA, trained biases, layer selection, ...) are refused when it is read, by key.
 ///   auto cfg = llmtrain::peft::read_lora_config("my-adapter");

@@ -108,6 +108,7 @@ inline const ChoiceNames<PeftMethod>& choice_names(PeftMethod) {
 /// The adapters of a parameter-efficient run, in PEFT's terms (peft/lora_config.h).
 struct PeftConfig {
   Choice<PeftMethod> method = PeftMethod::kNone;
+  Choice<peft::BaseFormat> quantization = peft::BaseFormat::kNF4;  // qlora's base
   int64_t r = 8;
   double alpha = 16;
   double dropout = 0.0;
