@@ -140,6 +140,12 @@ inline torch::Tensor floats_file(const std::string& path, at::IntArrayRef shape)
   return t;
 }
 
+/// t's values as raw float32 (for a Python peer to read), written beside `path` and renamed over it.
+inline void write_floats(const std::string& path, const torch::Tensor& t) {
+  const auto c = t.detach().contiguous().to(torch::kFloat);
+  fs::write_file_atomic(path, std::string(static_cast<const char*>(c.data_ptr()), size_t(c.nbytes())));
+}
+
 /// Raw bytes a Python peer wrote (`path`), as a uint8 tensor.
 inline torch::Tensor bytes_file(const std::string& path) {
   const std::string bytes = fs::read_file(path, uint64_t(1) << 32);

@@ -10,9 +10,7 @@
 #include "llmtrain/core/cuda_check.h"
 
 namespace llmtrain::ops::cuda {
-namespace {
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-}  // namespace
+namespace {}  // namespace
 
 bool decode_attention_supported(const at::Tensor& qkv, const at::Tensor& k_cache, const at::Tensor& v_cache) {
   const auto t = qkv.scalar_type();
@@ -20,8 +18,8 @@ bool decode_attention_supported(const at::Tensor& qkv, const at::Tensor& k_cache
   if (!k_cache.is_contiguous() || !v_cache.is_contiguous() || qkv.stride(1) != 1) return false;
   const int64_t bytes = int64_t(qkv.element_size());
   return kernels::decode_attention_fits(kernel_dtype(qkv, "decode_attention: qkv"), k_cache.size(3)) &&
-         k_cache.size(0) <= 65535 && aligned16(qkv.data_ptr()) && (qkv.stride(0) * bytes) % 16 == 0 &&
-         aligned16(k_cache.data_ptr()) && aligned16(v_cache.data_ptr());
+         k_cache.size(0) <= 65535 && aligned(qkv.data_ptr(), 16) && (qkv.stride(0) * bytes) % 16 == 0 &&
+         aligned(k_cache.data_ptr(), 16) && aligned(v_cache.data_ptr(), 16);
 }
 
 at::Tensor decode_attention(const at::Tensor& qkv, const at::Tensor& k_cache, const at::Tensor& v_cache,

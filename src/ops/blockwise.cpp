@@ -5,27 +5,26 @@
 #include <cmath>
 #include <map>
 #include <mutex>
-#include <string>
+#include <tuple>
 #include <vector>
 
-#include "llmtrain/core/error.h"
 #include "tables.h"
 
 namespace llmtrain::ops {
 namespace detail {
 
+namespace {
+
 at::Tensor midpoints(const at::Tensor& map) {
   return (map.narrow(0, 0, map.numel() - 1) + map.narrow(0, 1, map.numel() - 1)) / 2;
 }
 
-namespace {
-
 // One cache for both kinds of copies, keyed by the static table, what was made of it, and the device.
 const at::Tensor& cached(const at::Tensor& table, bool mids, const at::Device& device) {
   static std::mutex mutex;
-  static std::map<std::tuple<const void*, bool, std::string>, at::Tensor> copies;
+  static std::map<std::tuple<const void*, bool, int, int>, at::Tensor> copies;
   const std::lock_guard<std::mutex> lock(mutex);
-  at::Tensor& copy = copies[{table.data_ptr(), mids, device.str()}];
+  at::Tensor& copy = copies[{table.data_ptr(), mids, int(device.type()), int(device.index())}];
   if (!copy.defined()) copy = (mids ? midpoints(table) : table).to(device);
   return copy;
 }
@@ -79,24 +78,6 @@ const at::Tensor& dynamic_map(bool is_signed) {
   };
   static const at::Tensor signed_map = make(true), unsigned_map = make(false);
   return is_signed ? signed_map : unsigned_map;
-}
-
-std::pair<at::Tensor, at::Tensor> quantize_blockwise(const at::Tensor& x, int64_t block, const at::Tensor& map) {
-  LLMTRAIN_CHECK(map.dim() == 1 && map.numel() >= 2 && map.numel() <= 256 && map.scalar_type() == at::kFloat,
-                 "quantize_blockwise: the map must be 2 to 256 sorted float32 values, got ", map.scalar_type(), " ",
-                 map.sizes());
-  LLMTRAIN_CHECK(block > 0, "quantize_blockwise: block must be positive, got ", block);
-  LLMTRAIN_CHECK(x.defined() && x.numel() > 0 && at::isFloatingType(x.scalar_type()),
-                 "quantize_blockwise: expected a non-empty floating tensor");
-  return detail::quantize_blocks(x.detach().reshape(-1).to(at::kFloat), block, detail::midpoints(map.to(x.device())));
-}
-
-at::Tensor dequantize_blockwise(const at::Tensor& codes, const at::Tensor& absmax, int64_t block,
-                                const at::Tensor& map) {
-  LLMTRAIN_CHECK(block > 0 && absmax.numel() == (codes.numel() + block - 1) / block,
-                 "dequantize_blockwise: ", codes.numel(), " codes in blocks of ", block, " need ",
-                 (codes.numel() + block - 1) / block, " absmaxes, got ", absmax.numel());
-  return detail::dequantize_blocks(codes, absmax.to(at::kFloat), block, map.to(codes.device()));
 }
 
 }  // namespace llmtrain::ops

@@ -19,7 +19,7 @@ kernels::DType kernel_dtype(const at::Tensor& t, const char* what) {
 
 at::Tensor packed(const at::Tensor& t) {
   at::Tensor c = t.contiguous();
-  if (reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 != 0) c = c.clone();  // a fresh allocation is aligned
+  if (!aligned(c.data_ptr(), 16)) c = c.clone();  // a fresh allocation is aligned
   return c;
 }
 

@@ -37,6 +37,9 @@ class BadIdRecord {
   std::unique_ptr<State> s_;
 };
 
+/// True when `p` is aligned to `bytes` (the kernels' vector loads and stores want 8 or 16).
+inline bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
 /// The kernels' name for t's dtype; throws llmtrain::Error naming `what` for dtypes without a kernel.
 kernels::DType kernel_dtype(const at::Tensor& t, const char* what);
 

@@ -3,8 +3,6 @@
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 
-#include <cstdint>
-
 #include "kernels/nf4.cuh"
 #include "llmtrain/core/cuda_check.h"
 #include "llmtrain/core/error.h"
@@ -12,8 +10,6 @@
 
 namespace llmtrain::ops::cuda {
 namespace {
-
-bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 kernels::NF4Args args_of(const NF4Weight& q) {
   const at::Device device = q.packed.device();

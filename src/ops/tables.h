@@ -17,11 +17,9 @@ const at::Tensor& table_on(const at::Tensor& table, const at::Device& device);
 /// of midpoints below it. For a static map, on `device`, cached as table_on caches.
 const at::Tensor& midpoints_on(const at::Tensor& map, const at::Device& device);
 
-/// The midpoints of any sorted map, on its device.
-at::Tensor midpoints(const at::Tensor& map);
-
-/// quantize_blockwise and dequantize_blockwise (ops/blockwise.h) for a float32 `flat` tensor and a map
-/// (its midpoints) already on its device.
+/// Block-wise quantization as ops/blockwise.h describes it, of a float32 `flat` tensor against a map's
+/// midpoints on its device: the codes (uint8) and the blocks' absmaxes (float32). And back: map[codes]
+/// times their block's absmax, float32, flat.
 std::pair<at::Tensor, at::Tensor> quantize_blocks(const at::Tensor& flat, int64_t block, const at::Tensor& midpoints);
 at::Tensor dequantize_blocks(const at::Tensor& codes, const at::Tensor& absmax, int64_t block, const at::Tensor& map);
 

@@ -23,7 +23,7 @@ using llmtrain::testing::bytes_file;
 // bitsandbytes (tests/python/bnb_peer.py `mode`) quantizing the float32 matrix w, its files in `dir`.
 int run_bnb(const std::string& mode, const torch::Tensor& w, const std::string& dir) {
   const std::string in = dir + "/w.bin";
-  llmtrain::fs::write_file_atomic(in, std::string(static_cast<const char*>(w.data_ptr()), size_t(w.nbytes())));
+  llmtrain::testing::write_floats(in, w);
   return llmtrain::testing::run_command("'" + llmtrain::testing::test_python() + "' '" +
                                         llmtrain::testing::test_source_dir() + "/tests/python/bnb_peer.py' " + mode +
                                         " '" + in + "' " + std::to_string(w.size(0)) + " " + std::to_string(w.size(1)) +

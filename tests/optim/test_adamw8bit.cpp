@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "llmtrain/core/fs.h"
 #include "llmtrain/nn/gpt2.h"
 #include "llmtrain/ops/adamw.h"
 #include "llmtrain/ops/blockwise.h"
@@ -17,11 +16,7 @@ namespace {
 namespace ops = llmtrain::ops;
 using llmtrain::testing::bytes_file;
 using llmtrain::testing::floats_file;
-
-void write_floats(const std::string& path, const torch::Tensor& t) {
-  const auto c = t.contiguous().to(torch::kFloat);
-  llmtrain::fs::write_file_atomic(path, std::string(static_cast<const char*>(c.data_ptr()), size_t(c.nbytes())));
-}
+using llmtrain::testing::write_floats;
 
 // One state per tensor as MixedPrecisionOptimizer makes them: 8-bit from 4096 elements.
 struct Moments {

@@ -59,6 +59,14 @@ std::vector<double> resumed_losses(const RunFolder& run, const std::vector<std::
   return run_losses(second);
 }
 
+// The first moment of each tensor the Trainer's AdamW updates.
+std::vector<torch::Tensor> first_moments(Trainer& t) {
+  std::vector<torch::Tensor> out;
+  for (const auto& [key, st] : t.optimizer().adamw().state())
+    out.push_back(static_cast<torch::optim::AdamWParamState&>(*st).exp_avg());
+  return out;
+}
+
 std::vector<nlohmann::json> metrics(const std::string& out) {
   std::istringstream in(llmtrain::fs::read_file(out + "/metrics.jsonl"));
   std::vector<nlohmann::json> lines;
@@ -248,8 +256,7 @@ TEST(Trainer, EightBitOptimizerStateResumesExactly) {
     ASSERT_EQ(expected.size(), 12u);
     EXPECT_LT(expected.back(), expected.front());
     int64_t eight = 0;
-    for (const auto& [key, st] : full.optimizer().adamw().state())
-      eight += static_cast<torch::optim::AdamWParamState&>(*st).exp_avg().scalar_type() == torch::kByte;
+    for (const auto& m : first_moments(full)) eight += m.scalar_type() == torch::kByte;
     EXPECT_GT(eight, 0);
     const auto rest = resumed_losses(run, sets, 6);
     ASSERT_EQ(rest.size(), 6u);
@@ -813,8 +820,7 @@ TEST(Trainer, QloraWithPagedEightBitMomentsOnTheGpu_CUDA) {
   ASSERT_EQ(want.size(), 12u);
   EXPECT_LT(want.back(), want.front());
   int64_t paged_8bit = 0;
-  for (const auto& [key, st] : full.optimizer().adamw().state()) {
-    const auto& m = static_cast<torch::optim::AdamWParamState&>(*st).exp_avg();
+  for (const auto& m : first_moments(full)) {
     EXPECT_TRUE(m.is_cpu() && m.is_pinned());
     paged_8bit += m.scalar_type() == torch::kByte;
   }

@@ -3,12 +3,10 @@
 // its absolute maximum (a full block by that maximum's reciprocal, the last partial block by division,
 // as bitsandbytes scales), clamped to [-1, 1], and each value stored as the index of the nearest entry
 // of a sorted map (a value halfway between two entries takes the lower). An all-zero block stays zero.
+// The quantizer itself is internal to the ops (src/ops/tables.h); the maps are public for tests and tools.
 #pragma once
 
 #include <ATen/core/Tensor.h>
-
-#include <cstdint>
-#include <utility>
 
 namespace llmtrain::ops {
 
@@ -16,14 +14,5 @@ namespace llmtrain::ops {
 /// for exponents 10^-6 .. 10^0, the midpoints of 2^i + 1 points spread over [0.1, 1], both signs, then 0
 /// and 1 (in [-1, 1]); unsigned: 2^(i+1) + 1 points, positive, then 0 and 1 (in [0, 1]).
 const at::Tensor& dynamic_map(bool is_signed = true);
-
-/// `x` (any floating dtype and device) quantized against `map` (sorted float32, any device): the codes
-/// (x's numel, uint8 indices into map) and the blocks' absmaxes (ceil(numel / block), float32), on x's
-/// device. Throws llmtrain::Error for a map of more than 256 entries.
-std::pair<at::Tensor, at::Tensor> quantize_blockwise(const at::Tensor& x, int64_t block, const at::Tensor& map);
-
-/// The values again: map[codes] * absmax of their block, float32, flat, on the codes' device.
-at::Tensor dequantize_blockwise(const at::Tensor& codes, const at::Tensor& absmax, int64_t block,
-                                const at::Tensor& map);
 
 }  // namespace llmtrain::ops
