@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 
@@ -90,10 +91,13 @@ TEST(HFGPT2, The124MShapeRoundTripsThroughTransformers) {
   EXPECT_EQ(model->num_parameters(), 124439808);
   const auto ids = random_ids(1, 24, 50257);
   const auto want = hf_logits(dir.path + "/hf", ids, 50257);
-  EXPECT_LT(max_diff(our_logits(model, ids), want), 1e-5);
+  // fp32 on both sides, sums in each library's order: within 1e-5 of the largest logit (a fixed 1e-5
+  // failed once in CI on this shape's larger logits).
+  const double tol = 1e-5 * std::max(1.0, want.abs().max().item<double>());
+  EXPECT_LT(max_diff(our_logits(model, ids), want), tol);
   // Exported, transformers loads it and gives the same logits.
   llmtrain::io::save_hf_gpt2(model, dir.path + "/out");
-  EXPECT_LT(max_diff(hf_logits(dir.path + "/out", ids, 50257), want), 1e-5);
+  EXPECT_LT(max_diff(hf_logits(dir.path + "/out", ids, 50257), want), tol);
 }
 
 TEST(HFGPT2, ExportedFoldersLoadInTransformersAndGenerateAlike) {
