@@ -10,7 +10,6 @@
 #include "llmtrain/core/cuda_check.h"
 
 namespace llmtrain::ops::cuda {
-namespace {}  // namespace
 
 bool decode_attention_supported(const at::Tensor& qkv, const at::Tensor& k_cache, const at::Tensor& v_cache) {
   const auto t = qkv.scalar_type();
