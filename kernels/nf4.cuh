@@ -1,8 +1,8 @@
 // NF4 weights on the GPU (ops/nf4.h has the format: bitsandbytes' quantize_4bit with blocks of 64 and
 // double quantization): dequantizing a whole weight, for the products cuBLAS runs when a QLoRA layer
 // trains (the weight is dequantized for the forward and again for the input's gradient, then freed), and
-// the product of a few rows with the weight read in its 4 bits, for generation, where a step reads each
-// weight once and reading a quarter of the bytes is the speed.
+// the product of a few rows with the weight read in its 4 bits, for sampling during a QLoRA run, where a
+// step reads each weight once and reading a quarter of the bytes is the speed.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,7 +13,7 @@
 
 namespace llmtrain::kernels {
 
-constexpr int64_t kNF4GemvMaxRows = 4;
+constexpr int64_t kNF4GemvMaxRows = 8;
 
 /// A quantized weight on the device.
 struct NF4Args {
@@ -30,11 +30,14 @@ struct NF4Args {
 /// float32 and rounded once to the dtype: what the ATen reference computes, bit for bit.
 cudaError_t launch_nf4_dequantize(const NF4Args& w, DType dtype, void* out, cudaStream_t stream);
 
-/// y (M, N) = x (M, K) W^T + bias for W (N, K) in NF4, every tensor of `dtype` (bias (N) or null), each
-/// weight dequantized to the dtype before its product (as the reference's product with the dequantized
-/// weight), sums in float32. Needs 1 <= M <= kNF4GemvMaxRows, K a multiple of 64 and x 16-byte aligned
-/// (nf4_gemv_fits); cudaErrorInvalidValue otherwise.
-bool nf4_gemv_fits(int64_t M, int64_t K);
+/// y (M, N) = x (M, K) W^T + bias for W (N, K) in NF4, x, bias (N, or null) and y bf16 or fp16, on the
+/// tensor cores: each 64-value block's products of x with the levels rounded to the dtype, summed in
+/// float32, then scaled by the block's absmax (the reference rounds each level * absmax instead: the
+/// two differ by about the dtype's rounding of a weight). Needs 1 <= M <= kNF4GemvMaxRows, K a multiple
+/// of 64 and x 16-byte aligned (nf4_gemv_fits); cudaErrorInvalidValue otherwise. Launched as a
+/// programmatic dependent launch (common.cuh): the weight's bytes are in flight before the kernel ahead
+/// of it on the stream has finished.
+bool nf4_gemv_fits(int64_t M, int64_t K, DType dtype);
 cudaError_t launch_nf4_gemv(const NF4Args& w, int64_t M, int64_t N, int64_t K, DType dtype, const void* x,
                             const void* bias, void* y, cudaStream_t stream);
 

@@ -41,8 +41,8 @@ at::Tensor nf4_dequantize(const NF4Weight& q, at::ScalarType dtype) {
 
 at::Tensor nf4_gemv(const at::Tensor& x, const NF4Weight& q, const at::Tensor& bias) {
   const int64_t K = q.shape[1], N = q.shape[0], M = x.numel() / K;
-  if (!kernels::nf4_gemv_fits(M, K) || !x.is_cuda() ||
-      (x.scalar_type() != at::kBFloat16 && x.scalar_type() != at::kHalf && x.scalar_type() != at::kFloat) ||
+  if (!x.is_cuda() || (x.scalar_type() != at::kBFloat16 && x.scalar_type() != at::kHalf) ||
+      !kernels::nf4_gemv_fits(M, K, kernel_dtype(x, "nf4_linear: x")) ||
       (bias.defined() && bias.scalar_type() != x.scalar_type()))
     return {};
   const at::Tensor xs = packed(x.reshape({M, K}));

@@ -9,7 +9,7 @@ namespace llmtrain::ops::cuda {
 /// nf4_dequantize on the GPU, for float32, bfloat16 and float16.
 at::Tensor nf4_dequantize(const NF4Weight& q, at::ScalarType dtype);
 /// x W^T + bias for x (..., K) of at most kNF4GemvMaxRows rows, or an undefined tensor when the kernel
-/// does not take it (more rows, K not a multiple of 64, another dtype).
+/// does not take it (more rows, K not a multiple of 64, float32).
 at::Tensor nf4_gemv(const at::Tensor& x, const NF4Weight& q, const at::Tensor& bias);
 
 }  // namespace llmtrain::ops::cuda

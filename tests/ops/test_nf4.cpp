@@ -155,9 +155,9 @@ ops::NF4Weight to_cuda(const ops::NF4Weight& q) {
 }  // namespace
 
 // The GPU's NF4: quantized on the device as on the CPU; dequantized by the kernel bit for bit as the
-// reference (a tail of odd size too); the few-row product (1 to 4 rows, with and without bias) and
-// the many-row path (dequantized weight and cuBLAS), forward and input gradient, as the product with the
-// dequantized weight.
+// reference (a tail of odd size too); the few-row product on the tensor cores (1 to 8 rows of bf16 or
+// fp16, with and without bias) and the many-row path (dequantized weight and cuBLAS; float32 always),
+// forward and input gradient, as the product with the dequantized weight.
 TEST(OpsNF4, KernelsMatchTheReference_CUDA) {
   LLMTRAIN_SKIP_WITHOUT_CUDA();
   torch::manual_seed(2);
@@ -177,11 +177,11 @@ TEST(OpsNF4, KernelsMatchTheReference_CUDA) {
     for (const auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf})
       EXPECT_TRUE(torch::equal(ops::nf4_dequantize(g, dtype).cpu(), ops::nf4_dequantize(q, dtype))) << dtype;
     if (cols % 64 != 0) continue;
-    for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    for (const auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf}) {
       const auto deq = ops::nf4_dequantize(g, dtype);
       const auto b = torch::randn({rows}, torch::TensorOptions().device(torch::kCUDA).dtype(dtype));
       const double tol = dtype == torch::kFloat ? 1e-4 : 2e-2;
-      for (const int64_t m : {1, 2, 4, 64}) {
+      for (const int64_t m : {1, 2, 5, 8, 64}) {  // the few-row kernel up to 8 rows (bf16, fp16), cuBLAS past
         SCOPED_TRACE(testing::Message() << m << " rows, " << dtype);
         const auto x = torch::randn({m, cols}, torch::TensorOptions().device(torch::kCUDA).dtype(dtype));
         for (const bool with_bias : {false, true}) {
