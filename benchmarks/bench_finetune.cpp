@@ -11,6 +11,8 @@
 //   hf-peft     transformers' model of the shape in bf16 with PEFT's LoRA of the same rank and targets
 //               (its adapters in float32, as PEFT keeps them), bf16 autocast, fused AdamW over the
 //               adapters, the loss read after each step (hf_peft_speed.py; --hf)
+//   hf-qlora    the same over the base loaded in NF4 through bitsandbytes (double quantization, bf16
+//               compute), as QLoRA loads it (--hf; bitsandbytes importable by --python)
 //   build/bin/bench_finetune --model llama-3.2-1b --model gpt2-xl --seq 1024 --batch 4 --hf
 #include <llmtrain/llmtrain.h>
 #include <torch/cuda.h>
@@ -39,7 +41,7 @@ int main(int argc, char** argv) {
   app.add_option("--targets", targets, "LoRA's target modules (repeatable; default all-linear)");
   app.add_option("--steps", steps, "timed steps per row")->capture_default_str();
   app.add_option("--warmup", warmup, "untimed steps first")->capture_default_str();
-  app.add_flag("--hf", hf, "also run transformers + PEFT LoRA (PEFT importable by --python)");
+  app.add_flag("--hf", hf, "also run transformers + PEFT LoRA and QLoRA (PEFT, bitsandbytes importable by --python)");
   app.add_option("--python", python, "Python with torch, transformers and peft (default: the one CMake found)")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -79,20 +81,23 @@ int main(int argc, char** argv) {
       full8.name = "full-8bit";
       full8.state = llmtrain::optim::StateFormat::k8Bit;
       rows.push_back({name, bench::run(full8, spec, B, T, steps, warmup, 989.4e12)});
-      if (hf) {  // in a process of its own (its memory is its own)
+      if (hf) {  // in processes of their own (their memory is their own)
         std::string target_list;
         for (const auto& t : targets) target_list += (target_list.empty() ? "" : ",") + t;
-        try {  // a baseline that cannot run (no peft there) leaves llmtrain's rows standing
-          const auto j =
-              bench::run_python_json(python, std::string(LLMTRAIN_SOURCE_DIR) + "/benchmarks/hf_peft_speed.py",
-                                     {name, std::to_string(B), std::to_string(T), std::to_string(steps),
-                                      std::to_string(warmup), std::to_string(r), target_list});
-          const double sec = j.at("seconds_per_step").get<double>();
-          rows.push_back({name,
-                          {"hf-peft", B, sec * 1e3, double(B * T) / sec, 0, j.at("peak_gib").get<double>(),
-                           j.at("loss").get<double>()}});
-        } catch (const std::exception& e) {
-          std::fprintf(stderr, "bench_finetune: no hf-peft row for %s: %s\n", name.c_str(), e.what());
+        const std::pair<std::string, std::string> baselines[] = {{"hf-peft", "bf16"}, {"hf-qlora", "nf4"}};
+        for (const auto& [row, base] : baselines) {
+          try {  // a baseline that cannot run (no peft or bitsandbytes there) leaves the other rows standing
+            const auto j =
+                bench::run_python_json(python, std::string(LLMTRAIN_SOURCE_DIR) + "/benchmarks/hf_peft_speed.py",
+                                       {name, std::to_string(B), std::to_string(T), std::to_string(steps),
+                                        std::to_string(warmup), std::to_string(r), target_list, base});
+            const double sec = j.at("seconds_per_step").get<double>();
+            rows.push_back({name,
+                            {row, B, sec * 1e3, double(B * T) / sec, 0, j.at("peak_gib").get<double>(),
+                             j.at("loss").get<double>()}});
+          } catch (const std::exception& e) {
+            std::fprintf(stderr, "bench_finetune: no %s row for %s: %s\n", row.c_str(), name.c_str(), e.what());
+          }
         }
       }
     }
@@ -102,22 +107,25 @@ int main(int argc, char** argv) {
   }
   std::printf("B=%lld, T=%lld, LoRA r=%lld\n", static_cast<long long>(B), static_cast<long long>(T),
               static_cast<long long>(r));
-  std::printf("%-14s %-9s %10s %12s %7s %9s %9s %9s %9s %9s\n", "model", "path", "ms/step", "tok/s", "MFU", "peak GiB",
-              "loss", "vs peft", "vs lora", "mem/full");
+  std::printf("%-14s %-9s %10s %12s %7s %9s %9s %9s %9s %9s %9s\n", "model", "path", "ms/step", "tok/s", "MFU",
+              "peak GiB", "loss", "vs peft", "vs qlora", "vs lora", "mem/full");
   nlohmann::json out = nlohmann::json::array();
   for (const auto& o : rows) {
-    double peft = 0, lora = 0, full_mem = 0;
+    double peft = 0, hf_qlora = 0, lora = 0, full_mem = 0;
     for (const auto& b : rows) {
       if (b.model != o.model) continue;
       if (b.row.name == "hf-peft") peft = b.row.tokens_per_s;
+      if (b.row.name == "hf-qlora") hf_qlora = b.row.tokens_per_s;
       if (b.row.name == "lora") lora = b.row.tokens_per_s;
       if (b.row.name == "full") full_mem = b.row.peak_gib;
     }
     const auto& r2 = o.row;
     const double vs = peft > 0 ? r2.tokens_per_s / peft : 0, mem = full_mem > 0 ? r2.peak_gib / full_mem : 0,
-                 vs_lora = lora > 0 ? r2.tokens_per_s / lora : 0;
-    std::printf("%-14s %-9s %10.2f %12.0f %6.1f%% %9.2f %9.4f %8.2fx %8.2fx %9.2f\n", o.model.c_str(), r2.name.c_str(),
-                r2.ms_per_step, r2.tokens_per_s, 100 * r2.mfu, r2.peak_gib, r2.loss, vs, vs_lora, mem);
+                 vs_lora = lora > 0 ? r2.tokens_per_s / lora : 0,
+                 vs_qlora = hf_qlora > 0 ? r2.tokens_per_s / hf_qlora : 0;
+    std::printf("%-14s %-9s %10.2f %12.0f %6.1f%% %9.2f %9.4f %8.2fx %8.2fx %8.2fx %9.2f\n", o.model.c_str(),
+                r2.name.c_str(), r2.ms_per_step, r2.tokens_per_s, 100 * r2.mfu, r2.peak_gib, r2.loss, vs, vs_qlora,
+                vs_lora, mem);
     out.push_back({{"model", o.model},
                    {"path", r2.name},
                    {"batch", B},
@@ -126,6 +134,7 @@ int main(int argc, char** argv) {
                    {"tokens_per_s", r2.tokens_per_s},
                    {"peak_gib", r2.peak_gib},
                    {"vs_peft", vs},
+                   {"vs_hf_qlora", vs_qlora},
                    {"vs_lora", vs_lora},
                    {"memory_vs_full", mem}});
   }

@@ -213,11 +213,16 @@ GPT2Impl::GPT2Impl(GPT2Config cfg_) : cfg(std::move(cfg_)) { reset(); }  // the 
 
 void GPT2Impl::reset() { transformer = register_module("transformer", GPT2Transformer(cfg)); }
 
+torch::Tensor GPT2Impl::checked_hidden(const torch::Tensor& idx, const torch::Tensor& targets,
+                                       const torch::Tensor& position_ids) {
+  detail::check_batch("GPT2", idx, targets, position_ids, cfg.block_size(), cfg.vocab_size(), transformer->ids);
+  return transformer->forward(idx, nullptr, {}, position_ids);  // (B, T, C)
+}
+
 torch::Tensor GPT2Impl::padded_logits(const torch::Tensor& idx, const torch::Tensor& targets,
                                       const torch::Tensor& position_ids) {
-  detail::check_batch("GPT2", idx, targets, position_ids, cfg.block_size(), cfg.vocab_size(), transformer->ids);
-  const torch::Tensor x = transformer->forward(idx, nullptr, {}, position_ids);  // (B, T, C)
-  return torch::nn::functional::linear(x, transformer->wte->weight);             // (B, T, padded V)
+  return torch::nn::functional::linear(checked_hidden(idx, targets, position_ids),
+                                       transformer->wte->weight);  // (B, T, padded V)
 }
 
 GPT2Output GPT2Impl::forward(const torch::Tensor& idx, const torch::Tensor& targets,
@@ -235,6 +240,10 @@ GPT2Output GPT2Impl::forward(const torch::Tensor& idx, const torch::Tensor& targ
 torch::Tensor GPT2Impl::loss(const torch::Tensor& idx, const torch::Tensor& targets,
                              const torch::Tensor& position_ids) {
   LLMTRAIN_CHECK(targets.defined(), "GPT2::loss: targets are required");
+  const torch::Tensor& w = transformer->wte->weight;
+  if (!(torch::GradMode::is_enabled() && w.requires_grad()))  // a frozen head: no (B, T, padded V) logits
+    return ops::linear_cross_entropy(checked_hidden(idx, targets, position_ids).flatten(0, 1), w, targets.flatten(),
+                                     kIgnoreIndex, cfg.vocab_size());
   const torch::Tensor padded = padded_logits(idx, targets, position_ids);
   return ops::cross_entropy(padded.flatten(0, 1), targets.flatten(), kIgnoreIndex, cfg.vocab_size(),
                             /*overwrite_logits=*/true);

@@ -238,10 +238,15 @@ torch::Tensor LlamaImpl::head(const torch::Tensor& h) {
   return lm_head ? nn::linear(lm_head, h) : ops::linear(h, head_weight());
 }
 
-torch::Tensor LlamaImpl::checked_logits(const torch::Tensor& idx, const torch::Tensor& targets,
+torch::Tensor LlamaImpl::checked_hidden(const torch::Tensor& idx, const torch::Tensor& targets,
                                         const torch::Tensor& position_ids) {
   detail::check_batch("Llama", idx, targets, position_ids, cfg.block_size(), cfg.vocab_size(), model->ids);
-  return head(model->forward(idx, position_ids));  // (B, T, V)
+  return model->forward(idx, position_ids);  // (B, T, C)
+}
+
+torch::Tensor LlamaImpl::checked_logits(const torch::Tensor& idx, const torch::Tensor& targets,
+                                        const torch::Tensor& position_ids) {
+  return head(checked_hidden(idx, targets, position_ids));  // (B, T, V)
 }
 
 LlamaOutput LlamaImpl::forward(const torch::Tensor& idx, const torch::Tensor& targets,
@@ -255,6 +260,9 @@ LlamaOutput LlamaImpl::forward(const torch::Tensor& idx, const torch::Tensor& ta
 torch::Tensor LlamaImpl::loss(const torch::Tensor& idx, const torch::Tensor& targets,
                               const torch::Tensor& position_ids) {
   LLMTRAIN_CHECK(targets.defined(), "Llama::loss: targets are required");
+  const torch::Tensor& w = head_weight();
+  if ((!lm_head || plain(*lm_head)) && !(torch::GradMode::is_enabled() && w.requires_grad()))  // a frozen head
+    return ops::linear_cross_entropy(checked_hidden(idx, targets, position_ids).flatten(0, 1), w, targets.flatten());
   return ops::cross_entropy(checked_logits(idx, targets, position_ids).flatten(0, 1), targets.flatten(), kIgnoreIndex,
                             -1, /*overwrite_logits=*/true);
 }

@@ -69,4 +69,22 @@ at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& targets, in
   return CrossEntropyFn::apply(logits, targets, ignore_index, num_classes, overwrite_logits);
 }
 
+at::Tensor cross_entropy_rows(const at::Tensor& logits, const at::Tensor& targets, int64_t ignore_index,
+                              int64_t num_classes, const at::Tensor& scale) {
+  const int64_t N = logits.size(0), cols = logits.size(1);
+  const auto f32 = logits.options().dtype(at::kFloat);
+  at::Tensor loss = at::empty({N}, f32), lse = at::empty({N}, f32);
+  const at::Tensor t = targets.contiguous();
+  const auto dtype = kernel_dtype(logits, "linear_cross_entropy: h");
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  LLMTRAIN_CUDA_CHECK(kernels::launch_cross_entropy_fwd(logits.data_ptr(), dtype, N, num_classes, cols, cols,
+                                                        t.data_ptr<int64_t>(), ignore_index, loss.data_ptr<float>(),
+                                                        lse.data_ptr<float>(), stream));
+  if (!scale.defined()) return loss;
+  LLMTRAIN_CUDA_CHECK(kernels::launch_cross_entropy_bwd(logits.data_ptr(), dtype, N, num_classes, cols, cols,
+                                                        t.data_ptr<int64_t>(), ignore_index, lse.data_ptr<float>(),
+                                                        scale.data_ptr<float>(), logits.data_ptr(), stream));
+  return loss;
+}
+
 }  // namespace llmtrain::ops::cuda

@@ -278,6 +278,22 @@ TEST(GPT2, LossAloneEqualsForwardsLoss) {
   for (const auto& item : b->named_parameters())
     EXPECT_TRUE(torch::equal(item.value().grad(), pa[item.key()].grad())) << item.key();
   expect_error([&] { b->loss(idx, {}); }, {"targets are required"});
+  // A frozen head (LoRA's) takes ops::linear_cross_entropy, which never holds the whole logits: the
+  // same loss, the same gradients of everything else.
+  a->transformer->wte->weight.requires_grad_(false);
+  b->transformer->wte->weight.requires_grad_(false);
+  a->zero_grad();
+  b->zero_grad();
+  a->to(torch::kDouble);
+  b->to(torch::kDouble);
+  const auto fa = a(idx, targets).loss, fb = b->loss(idx, targets);
+  EXPECT_NEAR(fa.item<double>(), fb.item<double>(), 1e-12);
+  fa.backward();
+  fb.backward();
+  for (const auto& item : b->named_parameters()) {
+    if (!item.value().requires_grad()) continue;
+    EXPECT_LT(max_abs_diff(item.value().grad(), pa[item.key()].grad()), 1e-12) << item.key();
+  }
 }
 
 // The whole model with bf16 parameters on the GPU: the fused kernels against the same

@@ -129,6 +129,37 @@ TEST(Llama, PackedDocumentsAttendOnlyWithinThemselvesAndTheLossIsTheForwards) {
   EXPECT_GT(max_abs_diff(unwindowed(idx).logits, model(idx).logits), 1e-4);
 }
 
+// A frozen head (LoRA's) takes ops::linear_cross_entropy, which never holds the whole logits: the same
+// loss and the same gradients as the logits' path, with a tied head and with its own.
+TEST(Llama, AFrozenHeadsLossIsTheLogitsPathsWithTheSameGradients) {
+  for (const char* preset : {"llama-tiny", "mistral-tiny"}) {
+    SCOPED_TRACE(preset);
+    torch::manual_seed(5);
+    llmtrain::nn::Llama model(LlamaConfig::preset(preset));
+    model->to(torch::kDouble);
+    const torch::Tensor head = model->lm_head ? model->lm_head->weight : model->model->embed_tokens->weight;
+    head.requires_grad_(false);
+    const auto idx = torch::randint(0, 256, {2, 9}, torch::kLong);
+    auto targets = torch::randint(0, 256, {2, 9}, torch::kLong);
+    targets[0][3] = -100;  // ignored
+    const auto grads = [&](const torch::Tensor& loss) {
+      model->zero_grad();
+      loss.backward();
+      std::vector<torch::Tensor> g;
+      for (const auto& p : model->parameters())
+        if (p.requires_grad()) g.push_back(p.grad().clone());
+      return g;
+    };
+    const auto via_logits = model(idx, targets).loss;
+    const auto want = grads(via_logits);
+    const auto loss = model->loss(idx, targets);
+    EXPECT_NEAR(loss.item<double>(), via_logits.item<double>(), 1e-12);
+    const auto got = grads(loss);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_LT(max_abs_diff(got[i], want[i]), 1e-12) << i;
+  }
+}
+
 TEST(Llama, BadConfigsAndFoldersNameTheKeyAndTheFile) {
   const auto parse = [](const std::string& text) { llmtrain::io::detail::parse_hf_llama_config(text, "c.json"); };
   const std::string base =

@@ -287,6 +287,52 @@ TEST(OpsCrossEntropy, RejectsBadShapes) {
   EXPECT_THROW(ops::cross_entropy(torch::randn({4, 5}), torch::zeros({4}, torch::kInt)), llmtrain::Error);
 }
 
+TEST(OpsLinearCrossEntropy, MatchesTheLogitsPathInChunks) {
+  const int64_t N = 30, C = 12, V = 17, classes = 15;  // two padding rows in the head
+  const auto w = torch::randn({V, C}, kF64);
+  auto targets = torch::randint(classes, {N}, torch::kLong);
+  targets.index_put_({torch::indexing::Slice(3, 9)}, ops::kIgnoreIndex);
+  const auto h0 = torch::randn({N, C}, kF64);
+  const auto h_ref = h0.clone().requires_grad_();
+  const auto ref = ops::cross_entropy(h_ref.mm(w.t()), targets, ops::kIgnoreIndex, classes);
+  (1.5 * ref).backward();
+  for (const int64_t chunk : {int64_t(7), N, int64_t(0)}) {  // several chunks with a short last one, one, automatic
+    SCOPED_TRACE(testing::Message() << "chunk_rows " << chunk);
+    const auto h = h0.clone().requires_grad_();
+    const auto loss = ops::linear_cross_entropy(h, w, targets, ops::kIgnoreIndex, classes, chunk);
+    EXPECT_NEAR(loss.item<double>(), ref.item<double>(), 1e-12);
+    (1.5 * loss).backward();
+    EXPECT_LT(max_abs_diff(h.grad(), h_ref.grad()), 1e-12);
+  }
+  {  // no grad mode: the loss alone, even for a head that requires grad elsewhere
+    torch::NoGradGuard no_grad;
+    EXPECT_NEAR(ops::linear_cross_entropy(h0, w.clone().requires_grad_(), targets, ops::kIgnoreIndex, classes, 4)
+                    .item<double>(),
+                ref.item<double>(), 1e-12);
+  }
+  EXPECT_TRUE(std::isnan(  // every target ignored: NaN, as cross_entropy gives
+      ops::linear_cross_entropy(h0, w, torch::full({N}, ops::kIgnoreIndex, torch::kLong)).item<double>()));
+}
+
+TEST(OpsLinearCrossEntropy, RejectsATrainableHeadAndBadInput) {
+  const auto h = torch::randn({4, 6}), w = torch::randn({9, 6});
+  const auto targets = torch::randint(9, {4}, torch::kLong);
+  llmtrain::testing::expect_error([&] { ops::linear_cross_entropy(h, w.clone().requires_grad_(), targets); },
+                                  {"requires grad", "cross_entropy"});
+  llmtrain::testing::expect_error(
+      [&] {
+        ops::linear_cross_entropy(h, torch::randn({9, 5}), targets);
+      },
+      {"[4, 6]", "[9, 5]"});
+  llmtrain::testing::expect_error([&] { ops::linear_cross_entropy(h, w, targets.narrow(0, 0, 3)); }, {"(4)"});
+  llmtrain::testing::expect_error([&] { ops::linear_cross_entropy(h, w, targets, ops::kIgnoreIndex, 10); },
+                                  {"num_classes 10", "[1, 9]"});
+  llmtrain::testing::expect_error(
+      [&] { ops::linear_cross_entropy(h, w, torch::full({4}, 9, torch::kLong), ops::kIgnoreIndex, 9); },
+      {"outside [0, 9)"});
+  llmtrain::testing::expect_error([&] { ops::linear_cross_entropy(h.to(torch::kDouble), w, targets); }, {"dtype"});
+}
+
 TEST(OpsAttention, MatchesCausalSoftmaxFormula) {
   for (int64_t T : {1, 7, 113}) {
     const auto q = torch::randn({2, 3, T, 16}, kF64), k = torch::randn({2, 3, T, 16}, kF64);

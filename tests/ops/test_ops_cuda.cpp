@@ -42,6 +42,29 @@ void expect_near(const torch::Tensor& got, const torch::Tensor& want, double tol
 
 }  // namespace
 
+TEST(OpsLinearCrossEntropy, FusedChunksMatchTheLogitsPath_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  const int64_t N = 300, C = 64, V = 1000, classes = 997;
+  const auto opts = torch::TensorOptions().device(torch::kCUDA);
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    SCOPED_TRACE(testing::Message() << dtype);
+    const auto w = (torch::randn({V, C}, opts) * 0.2).to(dtype);
+    auto targets = torch::randint(classes, {N}, opts.dtype(torch::kLong));
+    targets.index_put_({torch::indexing::Slice(0, 40)}, ops::kIgnoreIndex);
+    const auto h0 = torch::randn({N, C}, opts).to(dtype);
+    const auto h_ref = h0.clone().requires_grad_();
+    const auto ref = ops::cross_entropy(h_ref.mm(w.t()), targets, ops::kIgnoreIndex, classes);
+    ref.backward();
+    const auto h = h0.clone().requires_grad_();
+    const auto loss = ops::linear_cross_entropy(h, w, targets, ops::kIgnoreIndex, classes, 128);
+    loss.backward();
+    const double tol = tolerance(dtype);
+    EXPECT_NEAR(loss.item<double>(), ref.item<double>(), tol * std::abs(ref.item<double>()) + 1e-6);
+    const auto want = h_ref.grad().to(torch::kDouble), got = h.grad().to(torch::kDouble);
+    EXPECT_LT((got - want).abs().max().item<double>(), tol * want.abs().max().item<double>() + 1e-7);
+  }
+}
+
 TEST(OpsCrossEntropy, FusedClassifierMatchesReference_CUDA) {
   LLMTRAIN_SKIP_WITHOUT_CUDA();
   struct Shape {

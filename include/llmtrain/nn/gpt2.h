@@ -125,7 +125,9 @@ class GPT2Impl : public torch::nn::Cloneable<GPT2Impl>, public CausalLM {
   GPT2Output forward(const torch::Tensor& idx, const torch::Tensor& targets = {},
                      const torch::Tensor& position_ids = {});
   /// The training loss alone: forward's loss, with the logits' memory reused for their gradient (the
-  /// logits are never returned), which saves a (B, T, padded V) buffer. Backward runs once.
+  /// logits are never returned), which saves a (B, T, padded V) buffer; where the head takes no gradient
+  /// (frozen, or no grad mode) through ops::linear_cross_entropy, without the whole logits at all.
+  /// Backward runs once.
   ///   auto loss = model->loss(idx, targets);  loss.backward();
   torch::Tensor loss(const torch::Tensor& idx, const torch::Tensor& targets,
                      const torch::Tensor& position_ids = {}) override;
@@ -151,6 +153,8 @@ class GPT2Impl : public torch::nn::Cloneable<GPT2Impl>, public CausalLM {
   GPT2Transformer transformer{nullptr};
 
  private:
+  torch::Tensor checked_hidden(const torch::Tensor& idx, const torch::Tensor& targets,
+                               const torch::Tensor& position_ids);  // the final norm's output (B, T, C)
   torch::Tensor padded_logits(const torch::Tensor& idx, const torch::Tensor& targets,
                               const torch::Tensor& position_ids);  // (B, T, padded V)
 };

@@ -154,6 +154,8 @@ class LlamaImpl : public torch::nn::Cloneable<LlamaImpl>, public CausalLM {
   torch::nn::Linear lm_head{nullptr};  // null when the head is tied to model.embed_tokens
 
  private:
+  torch::Tensor checked_hidden(const torch::Tensor& idx, const torch::Tensor& targets,
+                               const torch::Tensor& position_ids);  // the final norm's output (B, T, C)
   torch::Tensor checked_logits(const torch::Tensor& idx, const torch::Tensor& targets,
                                const torch::Tensor& position_ids);
   torch::Tensor head(const torch::Tensor& h);  // hidden states -> logits

@@ -26,4 +26,16 @@ at::Tensor cross_entropy(const at::Tensor& logits,   // (N, C), rows may be stri
                          const at::Tensor& targets,  // (N) int64
                          int64_t ignore_index = kIgnoreIndex, int64_t num_classes = -1, bool overwrite_logits = false);
 
+/// cross_entropy(h W^T, targets, ignore_index, num_classes) for a classifier W that takes no gradient
+/// (a frozen head: LoRA's, QLoRA's; or any head under NoGradGuard), without the (N, V) logits: the
+/// rows go in chunks of `chunk_rows` (0: about 256 MiB of logits), each chunk's loss and, when h requires grad, its
+/// gradient with respect to h computed in the forward pass and the chunk's logits freed. Memory holds
+/// one chunk and h's gradient (N, C) instead of the whole logits; the products are the same. Throws when
+/// W requires grad under grad mode (use cross_entropy on the logits: W's gradient needs them).
+///   auto loss = llmtrain::ops::linear_cross_entropy(h.flatten(0, 1), head_weight, targets.flatten());
+at::Tensor linear_cross_entropy(const at::Tensor& h,        // (N, C)
+                                const at::Tensor& weight,   // (V or padded V, C)
+                                const at::Tensor& targets,  // (N) int64
+                                int64_t ignore_index = kIgnoreIndex, int64_t num_classes = -1, int64_t chunk_rows = 0);
+
 }  // namespace llmtrain::ops
