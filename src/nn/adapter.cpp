@@ -26,7 +26,7 @@ torch::Tensor linear(const torch::nn::Linear& layer, const torch::Tensor& x) {
   if (plain(*layer)) return ops::linear(x, layer->weight, bias_of(layer));
   StoredWeightImpl* stored = stored_weight_of(*layer);
   torch::Tensor y = stored ? stored->linear(x, bias_of(layer)) : ops::linear(x, layer->weight, bias_of(layer));
-  if (LinearAdapterImpl* a = adapter_of(*layer)) y = y + a->forward(x);
+  if (LinearAdapterImpl* a = adapter_of(*layer)) y = a->add_to(y, x);
   return y;
 }
 

@@ -34,9 +34,13 @@ LoraAdapterImpl::LoraAdapterImpl(int64_t in, int64_t out, int64_t r, double scal
   if (init != LoraInit::kRandom) lora_B->weight.zero_();
 }
 
-torch::Tensor LoraAdapterImpl::forward(const torch::Tensor& x) {
+torch::Tensor LoraAdapterImpl::add_to(const torch::Tensor& y, const torch::Tensor& x) {
   const torch::Tensor in = dropout > 0 && is_training() ? torch::dropout(x, dropout, true) : x;
-  return nn::linear(lora_B, nn::linear(lora_A, in)) * scaling;
+  // The scaling on the rank-r side and the add as B's product's accumulate (addmm, beta 1): no
+  // elementwise pass over the layer's output forward or backward.
+  const torch::Tensor h = nn::linear(lora_A, in) * scaling;
+  const int64_t out = y.size(-1), r = h.size(-1);
+  return at::addmm(y.reshape({-1, out}), h.reshape({-1, r}), lora_B->weight.t()).view(y.sizes());
 }
 
 namespace {

@@ -1,5 +1,5 @@
 // What may hang under a torch::nn::Linear besides its own weight and bias: an adapter (child
-// "adapter"), whose output nn::linear adds to the layer's, y = x W^T + b + adapter(x); and a stored
+// "adapter"), which adds its output to the layer's, y = x W^T + b + adapter(x); and a stored
 // form of a frozen weight (child "stored", e.g. QLoRA's 4-bit one), which nn::linear multiplies by in
 // place of the layer's weight parameter, then left empty. peft/ attaches both through this seam; nn's
 // models run every linear layer through nn::linear, and take their unfused paths (the fused MLP, the
@@ -15,8 +15,9 @@ namespace llmtrain::nn {
 /// What an adapter adds to its layer's output.
 class LinearAdapterImpl : public torch::nn::Module {
  public:
-  /// x (..., in) -> (..., out), the layer's in and out.
-  virtual torch::Tensor forward(const torch::Tensor& x) = 0;
+  /// y + adapter(x) as a new tensor, for x (..., in) and y (..., out) the layer's output for x. The
+  /// adapter takes y so that it may fold the add into its own product (no pass over y's size).
+  virtual torch::Tensor add_to(const torch::Tensor& y, const torch::Tensor& x) = 0;
 };
 
 /// A frozen weight (out, in) held in another form than the layer's parameter.

@@ -27,7 +27,7 @@ class LoraAdapterImpl : public nn::LinearAdapterImpl {
  public:
   /// For a layer of `in` -> `out` features, on the CPU in float32, initialised as `init` says.
   LoraAdapterImpl(int64_t in, int64_t out, int64_t r, double scaling, double dropout, LoraInit init);
-  torch::Tensor forward(const torch::Tensor& x) override;
+  torch::Tensor add_to(const torch::Tensor& y, const torch::Tensor& x) override;
 
   torch::nn::Linear lora_A{nullptr}, lora_B{nullptr};  // (r, in), (out, r)
   double scaling, dropout;
