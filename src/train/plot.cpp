@@ -56,6 +56,7 @@ struct Series {
   double width = 2;
   bool dots = false;
   double last = 0;
+  std::string suffix;  // after the value
 };
 
 // One panel: axes with ticks over steps [0, x1] and the series' values, the series, and a legend.
@@ -112,7 +113,7 @@ void panel(std::ostringstream& svg, double W, double top, double height, double 
     svg << "<line x1=\"" << lx << "\" y1=\"" << ly - 4 + 18 * i << "\" x2=\"" << lx + 20 << "\" y2=\""
         << ly - 4 + 18 * i << "\" stroke=\"" << shown[i]->color << "\" stroke-width=\"2\"/><text x=\"" << lx + 26
         << "\" y=\"" << ly + 18 * i << "\">" << escape_xml(shown[i]->label) << " " << fmt("%.4f", shown[i]->last)
-        << "</text>\n";
+        << shown[i]->suffix << "</text>\n";
 }
 
 }  // namespace
@@ -165,7 +166,8 @@ std::string loss_curves_svg(const std::string& metrics_jsonl, const std::string&
     for (const auto& p : t.second) x1 = std::max(x1, p.x);
 
   // The raw train loss is noisy; an exponential moving average (bias-corrected) shows its trend.
-  Series raw{train, "#9ecae1", "", 1}, smooth{{}, "#1f77b4", "train loss (smoothed)"};
+  Series raw{train, "#9ecae1", "", 1}, smooth{{}, "#1f77b4", "train loss"};
+  smooth.suffix = " (smoothed)";
   const double beta = train.size() > 50 ? 0.9 : 0.5;
   double avg = 0;
   for (size_t i = 0; i < train.size(); ++i) {
