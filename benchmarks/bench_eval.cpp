@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -47,7 +48,8 @@ void make_set(const std::string& corpus_dir, const std::string& path, int64_t n)
       std::string s = text.substr(start, dot + 1 - start);
       for (char& c : s)
         if (c == '\n') c = ' ';
-      if (s.size() >= 60 && s.size() <= 400) sentences.push_back(s);
+      const bool ascii = std::all_of(s.begin(), s.end(), [](char c) { return c > 0; });  // cut anywhere safely
+      if (s.size() >= 60 && s.size() <= 400 && ascii) sentences.push_back(s);
     }
   }
   ::pclose(ls);

@@ -7,7 +7,9 @@ a float32 log-softmax, copied to the host once per batch. Random GPT-2 124M weig
 Usage: hf_eval_speed.py DATA VOCAB_DIR LIMIT EXAMPLES
 """
 import json
+import shutil
 import sys
+import tempfile
 import time
 
 import torch
@@ -16,7 +18,12 @@ from transformers import GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast
 
 def main(data, vocab_dir, limit, per_batch):
     limit, per_batch = int(limit), int(per_batch)
-    tok = GPT2TokenizerFast(vocab_file=f"{vocab_dir}/encoder.json", merges_file=f"{vocab_dir}/vocab.bpe")
+    # OpenAI's encoder.json and vocab.bpe are a save_pretrained folder's vocab.json and merges.txt.
+    folder = tempfile.mkdtemp()
+    shutil.copy(f"{vocab_dir}/encoder.json", f"{folder}/vocab.json")
+    shutil.copy(f"{vocab_dir}/vocab.bpe", f"{folder}/merges.txt")
+    tok = GPT2TokenizerFast.from_pretrained(folder)
+    shutil.rmtree(folder)
     rows = []  # per example: (context ids, [ending ids])
     for line in open(data, encoding="utf-8"):
         if len(rows) == limit:
