@@ -17,6 +17,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -140,8 +141,9 @@ int main(int argc, char** argv) {
     nlohmann::json out = nlohmann::json::array();
     const double hf_s = rows.back().name.rfind("hf", 0) == 0 ? rows.back().score_s : NAN;
     for (const auto& r : rows) {
-      std::printf("%-16s %8.2f %9.2f %11.0f %11.2fx\n", r.name.c_str(), r.read_s, r.score_s, double(n) / r.score_s,
-                  hf_s / r.score_s);
+      std::printf("%-16s %8.2f %9.2f %11.0f", r.name.c_str(), r.read_s, r.score_s, double(n) / r.score_s);
+      if (std::isnan(hf_s)) std::printf(" %12s\n", "-");  // no transformers row
+      else std::printf(" %11.2fx\n", hf_s / r.score_s);
       out.push_back({{"path", r.name}, {"read_s", r.read_s}, {"score_s", r.score_s}, {"examples", n}});
     }
     std::printf("target: the whole set in under 15 s of scoring\n%s\n", out.dump().c_str());
