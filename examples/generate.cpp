@@ -8,7 +8,6 @@
 //   build/bin/generate --checkpoint Llama-3.2-1B-Instruct --chat --prompt "Name three rivers." --temperature 0
 // --adapter DIR merges a PEFT LoRA adapter folder into the model's weights before generating.
 #include <llmtrain/llmtrain.h>
-#include <torch/cuda.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -17,6 +16,7 @@
 #include <cstdio>
 
 #include "cli.h"
+#include "loaded_model.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Generate text from a checkpoint or Hugging Face folder of any family"};
@@ -43,12 +43,7 @@ int main(int argc, char** argv) {
   app.add_option("--vocab-dir", vocab_dir, "GPT-2 files (default: $LLMTRAIN_GPT2_DIR, else $LLMTRAIN_DATA_DIR/gpt2)");
   app.add_option("--model", model_file, "SentencePiece .model file");
   app.add_option("--format", format, "text or ids")->capture_default_str()->check(CLI::IsMember({"text", "ids"}));
-  app.add_option("--device", device, "auto, cpu or cuda")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  app.add_option("--dtype", dtype, "auto (bfloat16 on cuda, float32 on cpu), float32 or bfloat16")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "float32", "bfloat16"}));
+  llmtrain_cli::add_device_options(app, device, dtype);
   bool chat = false;
   app.add_flag("--chat", chat, "the prompt is a user's message: laid out in the chat format, the answer printed");
   app.add_option("--system", system, "with --chat: a system message before the user's");
@@ -61,26 +56,15 @@ int main(int argc, char** argv) {
   app.add_flag("--eager", eager, "on cuda, run the decode step op by op instead of as a CUDA graph");
   CLI11_PARSE(app, argc, argv);
   try {
-    auto model = llmtrain::train::load_model(checkpoint);
-    if (!adapter.empty()) llmtrain::peft::merge_lora(*model, adapter);
-    const bool cuda = device == "cuda" || (device == "auto" && torch::cuda::is_available());
-    LLMTRAIN_CHECK(!cuda || torch::cuda::is_available(), "--device cuda, but no CUDA device is visible");
-    const bool bf16 = dtype == "bfloat16" || (dtype == "auto" && cuda);
-    model->module().to(cuda ? torch::kCUDA : torch::kCPU, bf16 ? torch::kBFloat16 : torch::kFloat);
+    const auto model = llmtrain_cli::load_model_on(checkpoint, adapter, device, dtype);
     std::unique_ptr<llmtrain::tokenizer::Tokenizer> tok;
     std::string tok_dir;
     // A tokenizer is needed for text out or in, for the id that starts a document, and for the default
     // stop id (the end of text): only ids in and out with --stop-ids do without one.
     if (format == "text" || !prompt.empty() || prompt_ids.empty() || stop_ids.empty() || chat) {
-      // The model's own tokenizer (a run's copy, a Hugging Face folder's files) unless one is named here.
-      const auto own = tokenizer.empty() && vocab_dir.empty() && model_file.empty()
-                           ? llmtrain::train::model_tokenizer(checkpoint)
-                           : std::nullopt;
-      llmtrain::train::TokenizerConfig named;
-      named.kind = !tokenizer.empty() ? tokenizer : model_file.empty() ? "gpt2" : "sentencepiece";
-      named.path = named.kind == "sentencepiece" ? model_file : vocab_dir;
-      tok = llmtrain::train::load_tokenizer(own ? *own : named);
-      tok_dir = llmtrain::train::tokenizer_dir(own ? *own : named);
+      auto t = llmtrain_cli::model_tokenizer(checkpoint, tokenizer, vocab_dir, model_file);
+      tok = std::move(t.tok);
+      tok_dir = std::move(t.dir);
     }
     const auto bos = tok ? llmtrain::train::input_bos(model->spec(), *tok) : std::nullopt;
     std::vector<int32_t> ids;

@@ -12,6 +12,7 @@
 #include "llmtrain/dist/launch.h"
 #include "llmtrain/dist/mpi.h"
 #include "llmtrain/dist/nccl.h"
+#include "llmtrain/eval/tasks.h"
 #include "llmtrain/infer/generate.h"
 #include "llmtrain/io/hf_gpt2.h"
 #include "llmtrain/io/hf_llama.h"

@@ -36,9 +36,11 @@ ChoiceField choice(Choice<E>* c) {
           [c] { return std::string(c->name()); }, Choice<E>::names()};
 }
 
-// A key whose value is a JSON object (or null: none), held as its text.
+// A key whose value is a JSON object (or null: none), or with `list` a list of objects (empty: none),
+// held as its text.
 struct ObjectField {
-  std::string* text;  // "" for null
+  std::string* text;  // "" for null or []
+  bool list = false;
 };
 
 using FieldPtr = std::variant<int64_t*, uint64_t*, double*, bool*, std::string*, std::vector<std::string>*, ChoiceField,
@@ -160,6 +162,10 @@ std::vector<Field> fields(TrainerConfig& c) {
        "lora: layer-name patterns and their own alpha (PEFT's alpha_pattern); null: none"},
       {"eval.every", &c.eval.every, "steps between evaluations (0: only at the end)"},
       {"eval.batches", &c.eval.batches, "batches of the validation data per evaluation"},
+      {"eval.tasks", ObjectField{&c.eval.tasks, true},
+       "tasks scored at each evaluation (eval/tasks.h), each {\"task\": hellaswag, choice or perplexity, "
+       "\"data\": a file or a list of files, and optionally \"limit\", \"batch\", \"window\", \"stride\", "
+       "\"skip_bad_lines\"}, as build/bin/evaluate's options; their scores go to metrics.jsonl and loss.svg"},
       {"checkpoint.every", &c.checkpoint.every, "steps between checkpoints (0: none, but on a signal)"},
       {"checkpoint.keep", &c.checkpoint.keep, "newest checkpoints kept"},
       {"sample.every", &c.sample.every, "steps between printed samples (0: none)"},
@@ -176,7 +182,8 @@ std::vector<Field> fields(TrainerConfig& c) {
 template <typename P>
 Json value_of(const P& p) {
   if constexpr (std::is_same_v<P, ChoiceField>) return p.get();
-  else if constexpr (std::is_same_v<P, ObjectField>) return p.text->empty() ? Json() : json::parse(*p.text, "config");
+  else if constexpr (std::is_same_v<P, ObjectField>)
+    return p.text->empty() ? (p.list ? Json::array() : Json()) : json::parse(*p.text, "config");
   else return *p;
 }
 
@@ -207,8 +214,11 @@ void assign(const Field& f, const Json& v, const std::string& source) {
           LLMTRAIN_CHECK(v.is_string() && p.set(v.get<std::string>()), source, ": ", f.key, " must be ", p.words, ": ",
                          leaf, " ", json::excerpt(v), " is none of them");
         } else if constexpr (std::is_same_v<T, ObjectField>) {
-          if (!v.is_object() && !v.is_null()) wrong("an object or null");
-          *p.text = v.is_null() ? "" : v.dump();
+          if (p.list &&
+              (!v.is_array() || !std::all_of(v.begin(), v.end(), [](const Json& e) { return e.is_object(); })))
+            wrong("a list of objects");
+          if (!p.list && !v.is_object() && !v.is_null()) wrong("an object or null");
+          *p.text = v.is_null() || v.empty() ? "" : v.dump();
         } else if constexpr (std::is_same_v<T, std::string>) {
           if (!v.is_string()) wrong("a string");
           *p = v.get<std::string>();
@@ -278,6 +288,9 @@ void validate(const TrainerConfig& c, const std::function<std::string(const std:
     }
   };
   check("train.schedule", [&] { c.optimizer().schedule.validate(); });
+  check("eval.tasks", [&] { c.eval.task_configs(); });
+  LLMTRAIN_CHECK(c.eval.tasks.empty() || !kind.empty(), from("eval.tasks"),
+                 ": eval.tasks needs tokenizer.kind (gpt2, sentencepiece or hf) to read the tasks' text");
   nn::ModelSpec spec = nn::GPT2Config();
   check(c.model.config.empty() ? "model.preset" : "model.config", [&] { spec = c.model.spec(); });
   LLMTRAIN_CHECK(c.train.seq_len <= spec.block_size(), from("train.seq_len"), ": train.seq_len ", c.train.seq_len,
@@ -387,6 +400,38 @@ optim::OptimizerOptions TrainerConfig::optimizer() const {
   return o;
 }
 
+std::vector<eval::TaskConfig> EvalConfig::task_configs() const {
+  std::vector<eval::TaskConfig> out;
+  if (tasks.empty()) return out;
+  const Json list = json::parse(tasks, "eval.tasks");
+  for (size_t i = 0; i < list.size(); ++i) {
+    const json::Object o(list[i], "eval.tasks", "eval.tasks[" + std::to_string(i) + "]");
+    for (const auto& [key, v] : o.value().items())
+      LLMTRAIN_CHECK(key == "task" || key == "data" || key == "limit" || key == "batch" || key == "window" ||
+                         key == "stride" || key == "skip_bad_lines",
+                     "eval.tasks[", i, "]: unknown key \"", key,
+                     "\" (task, data, limit, batch, window, stride, "
+                     "skip_bad_lines)");
+    eval::TaskConfig t;
+    t.task = o.string("task");
+    LLMTRAIN_CHECK(t.task == "hellaswag" || t.task == "choice" || t.task == "perplexity", "eval.tasks[", i,
+                   "].task must be hellaswag, choice or perplexity, got \"", t.task, "\"");
+    const Json& data = o.at("data");
+    if (data.is_string()) t.data = {data.get<std::string>()};
+    else if (data.is_array() && !data.empty() &&
+             std::all_of(data.begin(), data.end(), [](const Json& d) { return d.is_string(); }))
+      t.data = data.get<std::vector<std::string>>();
+    else LLMTRAIN_CHECK(false, "eval.tasks[", i, "].data must be a file or a list of files, got ", json::excerpt(data));
+    if (o.has("limit")) t.limit = o.integer("limit", 0, INT64_MAX);
+    if (o.has("batch")) t.batch = o.integer("batch", 0, INT64_MAX);
+    if (o.has("window")) t.window = o.integer("window", 0, INT64_MAX);
+    if (o.has("stride")) t.stride = o.integer("stride", 0, INT64_MAX);
+    if (o.has("skip_bad_lines")) t.skip_bad = o.boolean("skip_bad_lines");
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
 bool TrainerConfig::sft() const {
   const auto& t = data.train;
   return data.format == DataFormat::kSft ||
@@ -476,13 +521,14 @@ std::string TrainerConfig::reference() {
     std::visit(
         [&](auto& p) {
           using T = std::remove_pointer_t<std::decay_t<decltype(p)>>;
-          type = std::is_same_v<T, ObjectField>                                     ? "object"
-                 : std::is_same_v<T, std::vector<std::string>>                      ? "list of strings"
-                 : std::is_same_v<T, std::string> || std::is_same_v<T, ChoiceField> ? "string"
-                 : std::is_same_v<T, bool>                                          ? "bool"
-                 : std::is_same_v<T, double>                                        ? "number"
-                 : std::is_same_v<T, uint64_t>                                      ? "integer >= 0"
-                                                                                    : "integer";
+          if constexpr (std::is_same_v<T, ObjectField>) type = p.list ? "list of objects" : "object";
+          else
+            type = std::is_same_v<T, std::vector<std::string>>                        ? "list of strings"
+                   : std::is_same_v<T, std::string> || std::is_same_v<T, ChoiceField> ? "string"
+                   : std::is_same_v<T, bool>                                          ? "bool"
+                   : std::is_same_v<T, double>                                        ? "number"
+                   : std::is_same_v<T, uint64_t>                                      ? "integer >= 0"
+                                                                                      : "integer";
           value = value_of(p);
         },
         f.ptr);

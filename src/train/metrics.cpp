@@ -122,6 +122,13 @@ void MetricsLogger::eval(int64_t step, double val_loss) {
   say(buf);
 }
 
+void MetricsLogger::eval_task(int64_t step, const eval::TaskResult& result) {
+  Json j{{"type", "eval_task"}, {"step", step}, {"primary", result.scores.empty() ? "" : result.scores[0].name}};
+  j.update(json::parse(result.json(), "evaluation task " + result.name));
+  append(j.dump());
+  say("step " + std::to_string(step) + ": " + result.line());
+}
+
 void MetricsLogger::sample(int64_t step, const std::string& text) {
   // Sample text may hold a UTF-8 character cut by the token limit: replaced, never an exception.
   append(Json{{"type", "sample"}, {"step", step}, {"text", text}}.dump(-1, ' ', false, Json::error_handler_t::replace));

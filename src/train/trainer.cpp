@@ -204,7 +204,8 @@ struct Trainer::Impl {
   std::unique_ptr<optim::MixedPrecisionOptimizer> opt;
   std::unique_ptr<dist::DataParallel> dp;  // several ranks
   std::unique_ptr<tokenizer::Tokenizer> tok;
-  TokenizerConfig run_tok;  // rank 0: the copy in out_dir/tokenizer, as the run's configs name it (relative)
+  std::vector<eval::Task> tasks;  // eval.tasks, their data read once
+  TokenizerConfig run_tok;        // rank 0: the copy in out_dir/tokenizer, as the run's configs name it (relative)
   std::unique_ptr<data::SFTDataset> sft_train, sft_val;  // read by the loaders below (SFT runs)
   std::unique_ptr<data::BatchSource> train, val;
   int64_t accum = 1;
@@ -455,6 +456,9 @@ Trainer::Trainer(TrainerConfig config, std::shared_ptr<dist::Communicator> comm)
     if (d.rank == 0) d.run_tok = d.own_tokenizer();
     LLMTRAIN_CHECK(d.tok->vocab_size() <= d.spec.vocab_size(), "tokenizer ", c.tokenizer.kind, " ", c.tokenizer.path,
                    " has ", d.tok->vocab_size(), " ids, more than the model's vocab_size ", d.spec.vocab_size());
+    // The tasks' files are read now: a bad one fails the run before its first step.
+    for (const auto& t : c.eval.task_configs())
+      d.tasks.emplace_back(t, *d.tok, input_bos(d.spec, *d.tok), d.spec.block_size());
     // Found now, not after the steps before the first sample.
     if (c.sample.every > 0 && !c.sample.prompt.empty()) {
       const int64_t n = int64_t(d.tok->encode(c.sample.prompt).size()) + (input_bos(d.spec, *d.tok) ? 1 : 0);
@@ -552,6 +556,28 @@ double Trainer::evaluate() {
   return mean;
 }
 
+std::vector<eval::TaskResult> Trainer::evaluate_tasks() {
+  Impl& d = *impl_;
+  torch::NoGradGuard no_grad;
+  std::vector<eval::TaskResult> out;
+  for (const auto& task : d.tasks) {
+    const auto t0 = std::chrono::steady_clock::now();
+    eval::Task::Tally tally;
+    {
+      optim::AutocastScope amp(d.device.type(), d.opt->options().precision);
+      tally = task.run(*d.model, d.rank, d.world);
+    }
+    if (d.world > 1) {  // each rank scored its share: the sums over ranks
+      torch::Tensor sums = torch::tensor(tally, torch::kDouble).to(d.device);
+      d.comm->all_reduce_sum(sums);
+      sums = sums.cpu();
+      tally.assign(sums.data_ptr<double>(), sums.data_ptr<double>() + sums.numel());
+    }
+    out.push_back(task.result(tally, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+  }
+  return out;
+}
+
 int64_t Trainer::run() {
   Impl& d = *impl_;
   const auto& c = d.cfg;
@@ -615,6 +641,7 @@ int64_t Trainer::run() {
     if (eval_now)
       d.log->pause(MetricsLogger::Pause::kEval, [&] {
         d.log->eval(d.step, evaluate());
+        for (const auto& r : evaluate_tasks()) d.log->eval_task(d.step, r);
         last_eval = d.step;
       });
     if (sample_now) d.log->pause(MetricsLogger::Pause::kSample, [&] { d.write_sample(); });
@@ -626,7 +653,10 @@ int64_t Trainer::run() {
     d.log->say("stopping at step " + std::to_string(d.step) + ": writing a checkpoint");
     if (d.ckpt->saved_step() != d.step) save_checkpoint();
   } else {
-    if (last_eval != d.step) d.log->eval(d.step, evaluate());
+    if (last_eval != d.step) {
+      d.log->eval(d.step, evaluate());
+      for (const auto& r : evaluate_tasks()) d.log->eval_task(d.step, r);
+    }
     if (c.checkpoint.every > 0 && d.ckpt->saved_step() != d.step) save_checkpoint();
   }
   d.log->write_loss_curves();

@@ -13,6 +13,7 @@
 #include "llmtrain/core/choice.h"
 #include "llmtrain/data/chat.h"
 #include "llmtrain/data/shuffle_unit.h"
+#include "llmtrain/eval/tasks.h"
 #include "llmtrain/nn/model_spec.h"
 #include "llmtrain/optim/options.h"
 #include "llmtrain/peft/lora_config.h"
@@ -126,6 +127,9 @@ struct PeftConfig {
 struct EvalConfig {
   int64_t every = 0;  // steps; 0: only at the end
   int64_t batches = 20;
+  std::string tasks;  // a JSON list of task objects' text (eval/tasks.h); "": none
+  /// The tasks, each checked. Throws llmtrain::Error naming the entry and key at fault.
+  std::vector<eval::TaskConfig> task_configs() const;
 };
 
 struct CheckpointConfig {

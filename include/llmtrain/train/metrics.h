@@ -8,6 +8,8 @@
 #include <optional>
 #include <string>
 
+#include "llmtrain/eval/tasks.h"
+
 namespace llmtrain::train {
 
 /// One optimizer step's record (also a metrics.jsonl line).
@@ -55,6 +57,9 @@ class MetricsLogger {
     end_pause(kind, t0);
   }
   void eval(int64_t step, double val_loss);
+  /// An evaluation task's scores: a line {"type": "eval_task", "step", "primary": its first score's
+  /// name, then TaskResult::json()'s fields}, and the task's line printed.
+  void eval_task(int64_t step, const eval::TaskResult& result);
   void sample(int64_t step, const std::string& text);
   /// Prints a line of its own (after the progress line, when one is open).
   void say(const std::string& line);

@@ -8,8 +8,9 @@
 namespace llmtrain::train {
 
 /// An SVG picture of the loss curves in metrics.jsonl text: train loss at every step (and a smoothed
-/// line through it) and val loss at every evaluation, on shared axes with ticks and a legend; `title`
-/// heads it. Lines that are not JSON records (cut by a crash) and non-finite losses are left out.
+/// line through it) and val loss at every evaluation, on shared axes with ticks and a legend; below
+/// them, when the run has evaluation tasks, a second panel with each task's first score ("primary");
+/// `title` heads it. Lines that are not JSON records (cut by a crash) and non-finite losses are left out.
 ///   fs::write_file_atomic("runs/x/loss.svg", loss_curves_svg(fs::read_file("runs/x/metrics.jsonl"), "runs/x"));
 std::string loss_curves_svg(const std::string& metrics_jsonl, const std::string& title);
 

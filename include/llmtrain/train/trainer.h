@@ -46,6 +46,8 @@ class Trainer {
   void save_checkpoint();
   /// Mean loss over eval.batches batches of the val data (the train data when no val glob is set).
   double evaluate();
+  /// The scores of eval.tasks (each rank scores its share; the sums are taken over ranks), in their order.
+  std::vector<eval::TaskResult> evaluate_tasks();
 
   int64_t step() const;
   /// The model being trained (its module(): parameters, train()/eval()).
