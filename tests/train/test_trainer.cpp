@@ -542,6 +542,51 @@ TEST(Trainer, TwoRanksOnSplitBatchesTrainAsOneRankOnTheWholeBatch) {
   EXPECT_TRUE(llmtrain::fs::exists(run.dir.path + "/two/checkpoints/step_00000020/state.json"));
 }
 
+// eval.tasks on two ranks: each scores every other example and window, the sums are taken over the
+// ranks, and rank 0's records hold the whole tasks' scores, as one rank's do.
+TEST(Trainer, TwoRanksScoreTheEvaluationTasksAsOneRank) {
+  LLMTRAIN_REQUIRE_DATA_DIR(data);
+  RunFolder run;
+  std::string jsonl, text;
+  const std::vector<std::string> words = {"state", "union", "people", "nation", "law", "peace", "trade", "war"};
+  for (int i = 0; i < 9; ++i) {
+    nlohmann::json endings = nlohmann::json::array();
+    for (int e = 0; e < 3; ++e) endings.push_back(words[size_t(i + e) % 8] + " and " + words[size_t(i * e) % 8]);
+    jsonl += nlohmann::json{{"ctx", "The " + words[size_t(i) % 8] + " of the"}, {"endings", endings}, {"label", i % 3}}
+                 .dump() +
+             "\n";
+    text += "The " + words[size_t(i) % 8] + " of the " + words[size_t(i + 3) % 8] + " is strong. ";
+  }
+  llmtrain::fs::write_file_atomic(run.dir.path + "/hs.jsonl", jsonl);
+  llmtrain::fs::write_file_atomic(run.dir.path + "/a.txt", text);
+  const nlohmann::json tasks = {
+      {{"task", "hellaswag"}, {"data", run.dir.path + "/hs.jsonl"}, {"batch", 2}},
+      {{"task", "perplexity"}, {"data", run.dir.path + "/a.txt"}, {"window", 16}, {"stride", 5}}};
+  const auto sets = [&](const std::string&) {
+    return std::vector<std::string>{
+        "eval.tasks=" + tasks.dump(), "tokenizer.kind=gpt2", "tokenizer.path=" + data + "/gpt2",
+        "train.max_steps=4",          "eval.every=0",        "checkpoint.every=0"};
+  };
+  Trainer one(run.config("one", sets("one")));
+  run_losses(one);
+  run_ranks(2, run.config("two", sets("two")));
+  const auto scores = [&](const std::string& out) {
+    std::vector<nlohmann::json> r;
+    for (const auto& j : metrics(run.dir.path + "/" + out))
+      if (j["type"] == "eval_task") r.push_back(j);
+    return r;
+  };
+  const auto a = scores("one"), b = scores("two");
+  ASSERT_EQ(a.size(), 2u);
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b[0]["examples"], 9);
+  EXPECT_EQ(b[1]["scored"], a[1]["scored"]);
+  // The two runs' weights agree to about 1e-4 (their gradients are summed in another order).
+  EXPECT_NEAR(b[1]["ppl"].get<double>(), a[1]["ppl"].get<double>(), 1e-3 * a[1]["ppl"].get<double>());
+  for (const char* k : {"acc", "acc_norm", "acc_token"})
+    EXPECT_NEAR(b[0][k].get<double>(), a[0][k].get<double>(), 0.12) << k;
+}
+
 // ZeRO-1 on two ranks: the same steps as plain data parallelism (the global norm is summed from the
 // ranks' slices, so the last bits may differ), and a stop and resume that gives the uninterrupted
 // losses bit for bit, in fp32 (masters are the slices themselves) and in bf16-master (fp32 master
