@@ -17,6 +17,7 @@
 #include "llmtrain/data/shard.h"
 #include "llmtrain/eval/tasks.h"
 #include "llmtrain/nn/causal_lm.h"
+#include "llmtrain/peft/lora.h"
 #include "llmtrain/train/config.h"
 #include "llmtrain/train/model_files.h"
 #include "llmtrain/train/trainer.h"
@@ -308,6 +309,35 @@ TEST(Eval, EvaluateProgramPrintsItsScoresAsAJsonLine) {
     EXPECT_GT(j[std::string(k) + "_stderr"].get<double>(), 0.0) << k;
   }
   EXPECT_THAT(o.output, ::testing::HasSubstr("hellaswag: acc_norm "));
+  // A PEFT adapter is merged first: the perplexity of the merged model, not the base's.
+  auto model = llmtrain::train::load_model(t.path + "/hf");
+  llmtrain::peft::LoraConfig lora;
+  lora.all_linear = true;
+  lora.init = llmtrain::peft::LoraInit::kRandom;  // B not zero: the adapter changes the model
+  torch::manual_seed(3);
+  llmtrain::peft::add_lora(*model, lora);
+  llmtrain::peft::save_lora(*model, lora, t.path + "/adapter");
+  llmtrain::peft::merge_lora(*model);
+  std::string text;
+  for (const auto& s : sentences(data)) text += s + " ";
+  write(t.path + "/a.txt", text);
+  const auto ppl_of = [&](const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"evaluate", "--checkpoint",    t.path + "/hf", "--task", "perplexity",
+                                     "--data",   t.path + "/a.txt", "--device",     "cpu"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto p = run(args);
+    llmtrain::testing::programs::expect_ok(p, "evaluate --task perplexity");
+    const std::string last = p.output.substr(0, p.output.find_last_not_of('\n') + 1);
+    return nlohmann::json::parse(last.substr(last.rfind('\n') + 1))["ppl"].get<double>();
+  };
+  eval::TaskConfig c;
+  c.task = "perplexity";
+  c.data = {t.path + "/a.txt"};
+  const auto tok = llmtrain::train::load_tokenizer(gpt2_tokenizer(data));
+  const eval::Task task(c, *tok, std::nullopt, model->block_size());
+  const double merged = task.result(task.run(*model)).scores[0].value;
+  EXPECT_NEAR(ppl_of({"--adapter", t.path + "/adapter"}), merged, 1e-6 * merged);
+  EXPECT_GT(std::abs(ppl_of({}) - merged), 1e-3 * merged) << "the adapter changed nothing";
   const auto bad = run({"evaluate", "--checkpoint", t.path + "/hf", "--task", "hellaswag", "--data",
                         t.path + "/missing.jsonl", "--device", "cpu"});
   llmtrain::testing::programs::expect_refused(bad, {"missing.jsonl"}, "evaluate of a missing file");
