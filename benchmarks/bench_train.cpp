@@ -11,6 +11,8 @@
 //                   (train::GraphedStep), its loss and norm read once the next step's work is queued
 //   llmtrain-eager  the same without the graph: the forward and backward launched op by op (--eager)
 //   llmtrain-sync   eager, reading each step's loss before queueing the next (--sync)
+//   llmtrain-recompute-MODE  eager with activation recompute (--recompute mlp|block): its peak GiB and
+//                   ms/step against llmtrain-eager's (which --recompute adds) are what it saves and costs
 //   llmtrain-dp1    eager, through dist::DataParallel over an NCCL communicator of one rank (--dp): the
 //                   data-parallel wrapper's cost at world size 1, against llmtrain-eager (which --dp adds)
 //   llmtrain-OP     llmtrain with one op on ATen (--without OP): what that op's kernel is worth
@@ -62,6 +64,11 @@ int main(int argc, char** argv) {
   app.add_flag("--sync", sync_row,
                "also run llmtrain eagerly, reading each step's loss and norm before the next is queued");
   app.add_flag("--eager", eager_row, "also run llmtrain without the CUDA graph");
+  std::vector<std::string> recompute;
+  app.add_option("--recompute", recompute,
+                 "also run llmtrain eagerly with this activation recompute (repeatable: mlp, block), beside the eager "
+                 "row without: the memory it saves and the time it costs")
+      ->check(CLI::IsMember({"mlp", "block"}));
   app.add_flag("--dp", dp_row,
                "also run llmtrain eagerly through DataParallel over NCCL at world size 1, plain and with ZeRO-1 "
                "(and eagerly without)");
@@ -88,7 +95,12 @@ int main(int argc, char** argv) {
       if (wanted("libtorch")) add({"libtorch", false, Precision::kBF16, /*sync=*/true});
       if (wanted("libtorch-bf16w")) add({"libtorch-bf16w", false, Precision::kBF16Master, /*sync=*/true});
       if (wanted("llmtrain")) add({"llmtrain", true, Precision::kBF16Master, false, /*graph=*/true});
-      if (eager_row || dp_row) add({"llmtrain-eager", true, Precision::kBF16Master});
+      if (eager_row || dp_row || !recompute.empty()) add({"llmtrain-eager", true, Precision::kBF16Master});
+      for (const auto& mode : recompute) {  // eager, as the Trainer runs recompute
+        Variant v{"llmtrain-recompute-" + mode, true, Precision::kBF16Master};
+        v.recompute = llmtrain::Choice<llmtrain::nn::Recompute>::parse(mode, "--recompute");
+        add(v);
+      }
       if (dp_row) {
         Variant v{"llmtrain-dp1", true, Precision::kBF16Master};
         v.dp = true;

@@ -48,6 +48,7 @@ struct Variant {
   std::optional<llmtrain::peft::LoraConfig> lora;  // adapters on a frozen base
   bool nf4 = false;                                // that base in NF4 (QLoRA)
   llmtrain::optim::StateFormat state = llmtrain::optim::StateFormat::kFP32;  // AdamW's moments
+  llmtrain::nn::Recompute recompute = llmtrain::nn::Recompute::kNone;        // activations recomputed in backward
 };
 
 inline Row run(const Variant& v, const llmtrain::nn::ModelSpec& spec, int64_t B, int64_t T, int steps, int warmup,
@@ -59,6 +60,7 @@ inline Row run(const Variant& v, const llmtrain::nn::ModelSpec& spec, int64_t B,
   }
   torch::manual_seed(1337);
   const auto model = llmtrain::nn::make_model(spec);
+  model->set_recompute(v.recompute);
   if (v.lora) llmtrain::peft::add_lora(*model, *v.lora);
   model->module().to(torch::kCUDA);
   if (v.nf4) llmtrain::peft::quantize_base(*model);

@@ -19,6 +19,7 @@
 #include "llmtrain/ops/linear.h"
 #include "llmtrain/ops/mlp.h"
 #include "lm_inputs.h"
+#include "recompute.h"
 
 namespace llmtrain::nn {
 namespace {
@@ -116,8 +117,25 @@ std::pair<torch::Tensor, torch::Tensor> BlockImpl::forward_residual(const torch:
                                                                     const LayerCache* cache,
                                                                     const torch::Tensor& mask) {
   if (cache && cache->positions.defined()) return decode_residual(x, delta, *cache);
+  if (recompute == Recompute::kBlock && !cache) {
+    const auto out = detail::recompute(
+        [this, mask](const std::vector<torch::Tensor>& in) {
+          const auto [h, d] = train_residual(in[0], in[1], nullptr, mask);
+          return std::vector<torch::Tensor>{h, d};
+        },
+        {x, delta});
+    return {out[0], out[1]};
+  }
+  return train_residual(x, delta, cache, mask);
+}
+
+std::pair<torch::Tensor, torch::Tensor> BlockImpl::train_residual(const torch::Tensor& x, const torch::Tensor& delta,
+                                                                  const LayerCache* cache, const torch::Tensor& mask) {
   const auto [in, a] = add_norm(ln_1, x, delta);  // in = x + delta, a = ln_1(in)
   const auto [h, m] = add_norm(ln_2, in, attn->forward(a, cache, mask));
+  if (recompute == Recompute::kMlp && !cache)
+    return {
+        h, detail::recompute([this](const std::vector<torch::Tensor>& in) { return std::vector{mlp(in[0])}; }, {m})[0]};
   return {h, mlp(m)};
 }
 
@@ -212,6 +230,12 @@ std::pair<torch::Tensor, torch::Tensor> GPT2TransformerImpl::forward_residual(co
 GPT2Impl::GPT2Impl(GPT2Config cfg_) : cfg(std::move(cfg_)) { reset(); }  // the body validates cfg
 
 void GPT2Impl::reset() { transformer = register_module("transformer", GPT2Transformer(cfg)); }
+
+void GPT2Impl::set_recompute(Recompute r) {
+  LLMTRAIN_CHECK(r == Recompute::kNone || cfg.dropout() == 0, "GPT2: recompute (", Choice<Recompute>(r).name(),
+                 ") needs dropout 0, got ", cfg.dropout(), ": a recomputed part would draw other dropout masks");
+  for (const auto& block : *transformer->h) block->as<BlockImpl>()->recompute = r;
+}
 
 torch::Tensor GPT2Impl::checked_hidden(const torch::Tensor& idx, const torch::Tensor& targets,
                                        const torch::Tensor& position_ids) {

@@ -17,6 +17,7 @@
 #include "llmtrain/ops/layer_norm.h"
 #include "llmtrain/ops/linear.h"
 #include "lm_inputs.h"
+#include "recompute.h"
 
 namespace llmtrain::nn {
 namespace {
@@ -133,8 +134,24 @@ void LlamaDecoderLayerImpl::reset() {
 
 torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                                              const torch::Tensor& mask, const LayerCache* cache) {
+  if (recompute == Recompute::kBlock && !cache)
+    return detail::recompute(
+        [this, cos, sin, mask](const std::vector<torch::Tensor>& in) {  // by value: backward runs it again
+          return std::vector{train_forward(in[0], cos, sin, mask, nullptr)};
+        },
+        {x})[0];
+  return train_forward(x, cos, sin, mask, cache);
+}
+
+torch::Tensor LlamaDecoderLayerImpl::train_forward(const torch::Tensor& x, const torch::Tensor& cos,
+                                                   const torch::Tensor& sin, const torch::Tensor& mask,
+                                                   const LayerCache* cache) {
   const auto [h, normed] = ops::add_rms_norm(x, self_attn->forward(input_layernorm->forward(x), cos, sin, mask, cache),
                                              post_attention_layernorm->weight, post_attention_layernorm->eps);
+  if (recompute == Recompute::kMlp && !cache)
+    return h +
+           detail::recompute([this](const std::vector<torch::Tensor>& in) { return std::vector{mlp->forward(in[0])}; },
+                             {normed})[0];
   return h + mlp->forward(normed);
 }
 
@@ -230,6 +247,12 @@ void LlamaImpl::reset() {
     else if (p.dim() == 1) p.fill_(1.0);  // the norms
     else p.normal_(0.0, cfg.initializer_range());
   }
+}
+
+void LlamaImpl::set_recompute(Recompute r) {
+  LLMTRAIN_CHECK(r == Recompute::kNone || cfg.dropout() == 0, "Llama: recompute (", Choice<Recompute>(r).name(),
+                 ") needs attention dropout 0, got ", cfg.dropout(), ": a recomputed part would draw other masks");
+  for (const auto& layer : *model->layers) layer->as<LlamaDecoderLayerImpl>()->recompute = r;
 }
 
 const torch::Tensor& LlamaImpl::head_weight() const { return lm_head ? lm_head->weight : model->embed_tokens->weight; }

@@ -130,6 +130,11 @@ std::vector<Field> fields(TrainerConfig& c) {
       {"train.loss_scale_growth_interval", &c.train.loss_scale_growth_interval,
        "fp16: steps without overflow after which the loss scale doubles"},
       {"train.seed", &c.train.seed, "seed of the initial weights, the data order, dropout and samples"},
+      {"train.recompute", choice(&c.train.recompute),
+       "activation recompute: none, mlp (each block's MLP computed again in backward, its 4x-wide "
+       "intermediates not kept) or block (each whole block; only the residual stream kept): less memory for "
+       "a second forward, the same gradients; needs no dropout (model.dropout, peft.dropout 0); steps run "
+       "eagerly, not as CUDA graphs"},
       {"train.cuda_graph", &c.train.cuda_graph, "one GPU: replay each micro-step as a CUDA graph"},
       {"train.bucket_mb", &c.train.bucket_mb, "several ranks: MiB of gradients per all-reduce"},
       {"train.zero", &c.train.zero, "several ranks: shard the optimizer state over them (ZeRO-1)"},
@@ -295,6 +300,12 @@ void validate(const TrainerConfig& c, const std::function<std::string(const std:
   check(c.model.config.empty() ? "model.preset" : "model.config", [&] { spec = c.model.spec(); });
   LLMTRAIN_CHECK(c.train.seq_len <= spec.block_size(), from("train.seq_len"), ": train.seq_len ", c.train.seq_len,
                  " exceeds the model's block_size ", spec.block_size());
+  LLMTRAIN_CHECK(c.train.recompute == nn::Recompute::kNone || c.model.dropout == 0, from("train.recompute"),
+                 ": train.recompute ", c.train.recompute.name(),
+                 " needs model.dropout 0 (a recomputed part would draw other dropout masks), got ", c.model.dropout);
+  LLMTRAIN_CHECK(c.train.recompute == nn::Recompute::kNone || c.peft.method == PeftMethod::kNone || c.peft.dropout == 0,
+                 from("train.recompute"), ": train.recompute ", c.train.recompute.name(),
+                 " needs peft.dropout 0 (a recomputed adapter would draw other dropout masks), got ", c.peft.dropout);
   if (c.peft.method != PeftMethod::kNone) {
     at_least("peft.r", c.peft.r, 1);
     LLMTRAIN_CHECK(c.peft.dropout >= 0 && c.peft.dropout < 1, from("peft.dropout"),

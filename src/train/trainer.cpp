@@ -381,8 +381,9 @@ struct Trainer::Impl {
     // Not on several ranks: DataParallel's reductions start from backward's hooks, on the host. Not for
     // packed SFT: its position ids would be one more input, and its embedding checks ids on the host.
     // Not fp16: its loss scale changes from step to step.
+    // Not with recompute: its backward runs a forward and a nested backward, not tried under capture.
     if (!dp && device.is_cuda() && cfg.train.cuda_graph && !(cfg.sft() && cfg.data.pack) &&
-        opt->options().precision != optim::Precision::kFP16)
+        opt->options().precision != optim::Precision::kFP16 && cfg.train.recompute == nn::Recompute::kNone)
       stepper->use_graph();
     log->start();
   }
@@ -471,6 +472,7 @@ Trainer::Trainer(TrainerConfig config, std::shared_ptr<dist::Communicator> comm)
   const double peak = peak_flops(d.device);  // before anything is allocated: it checks LLMTRAIN_PEAK_TFLOPS
   torch::manual_seed(c.train.seed);
   d.model = nn::make_model(d.spec);
+  d.model->set_recompute(c.train.recompute);
   if (!c.model.init_from.empty()) d.load_initial_weights(c.model.init_from);
   if (c.peft.method != PeftMethod::kNone) {  // drawn after the base, from the seeded generator
     d.lora = c.peft.lora(d.spec);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "llmtrain/nn/model_spec.h"
+#include "llmtrain/nn/recompute.h"
 
 namespace llmtrain::nn {
 
@@ -67,6 +68,9 @@ class CausalLM {
 
   /// The family and shape: what builds this model again (make_model) and what its files record.
   virtual ModelSpec spec() const = 0;
+  /// What training forwards keep for backward from now on (nn/recompute.h; kNone at construction).
+  /// Throws llmtrain::Error for a model with dropout, whose recomputed draws would differ.
+  virtual void set_recompute(Recompute r) = 0;
   /// Parameters as Hugging Face counts them.
   virtual int64_t num_parameters() const = 0;
   /// Training FLOPs per token at sequence length `seq_len` (forward + backward), MFU's numerator.

@@ -74,6 +74,11 @@ class BlockImpl : public torch::nn::Cloneable<BlockImpl> {
   torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
   CausalSelfAttention attn{nullptr};
   MLP mlp{nullptr};
+  Recompute recompute = Recompute::kNone;  // in training forwards
+
+ private:
+  std::pair<torch::Tensor, torch::Tensor> train_residual(const torch::Tensor& x, const torch::Tensor& delta,
+                                                         const LayerCache* cache, const torch::Tensor& mask);
 };
 TORCH_MODULE(Block);
 
@@ -145,6 +150,7 @@ class GPT2Impl : public torch::nn::Cloneable<GPT2Impl>, public CausalLM {
   torch::Tensor decode(const torch::Tensor& idx, const torch::Tensor& positions, KVCache& cache) override;
 
   ModelSpec spec() const override { return cfg; }
+  void set_recompute(Recompute r) override;
   /// Parameters counted as Hugging Face counts them: the embedding at its vocab_size real rows.
   int64_t num_parameters() const override { return cfg.num_parameters(); }
   torch::nn::Module& module() override { return *this; }

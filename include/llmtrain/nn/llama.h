@@ -88,6 +88,11 @@ class LlamaDecoderLayerImpl : public torch::nn::Cloneable<LlamaDecoderLayerImpl>
   LlamaAttention self_attn{nullptr};
   LlamaMLP mlp{nullptr};
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  Recompute recompute = Recompute::kNone;  // in training forwards
+
+ private:
+  torch::Tensor train_forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                              const torch::Tensor& mask, const LayerCache* cache);
 };
 TORCH_MODULE(LlamaDecoderLayer);
 
@@ -146,6 +151,7 @@ class LlamaImpl : public torch::nn::Cloneable<LlamaImpl>, public CausalLM {
   torch::Tensor prefill(const torch::Tensor& idx, const torch::Tensor& lengths, KVCache& cache) override;
   torch::Tensor decode(const torch::Tensor& idx, const torch::Tensor& positions, KVCache& cache) override;
   ModelSpec spec() const override { return cfg; }
+  void set_recompute(Recompute r) override;
   int64_t num_parameters() const override { return cfg.num_parameters(); }
   torch::nn::Module& module() override { return *this; }
 

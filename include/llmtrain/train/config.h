@@ -15,6 +15,7 @@
 #include "llmtrain/data/shuffle_unit.h"
 #include "llmtrain/eval/tasks.h"
 #include "llmtrain/nn/model_spec.h"
+#include "llmtrain/nn/recompute.h"
 #include "llmtrain/optim/options.h"
 #include "llmtrain/peft/lora_config.h"
 #include "llmtrain/tokenizer/tokenizer.h"
@@ -90,6 +91,7 @@ struct TrainConfig {
   double loss_scale = 65536;                  // fp16: the first loss scale
   int64_t loss_scale_growth_interval = 2000;  // fp16: steps without overflow before the scale doubles
   uint64_t seed = 1337;
+  Choice<nn::Recompute> recompute = nn::Recompute::kNone;  // activations recomputed in backward (nn/recompute.h)
   bool cuda_graph = true;  // CUDA, not fp16, one rank: each micro-step's forward and backward replayed as a graph
   int64_t bucket_mb = 25;  // several ranks: the gradients (MiB) one all-reduce carries
   bool zero = false;       // ZeRO-1: optimizer state sharded over the ranks (needs a communicator)
