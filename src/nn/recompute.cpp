@@ -1,7 +1,9 @@
 #include "recompute.h"
 
+#include <ATen/autocast_mode.h>
 #include <torch/autograd.h>
 
+#include <array>
 #include <memory>
 
 namespace llmtrain::nn::detail {
@@ -10,17 +12,56 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// Autograd's saved data holds IValues: the piece travels to backward in a capsule.
+// Autocast as the forward found it, on the CPU and CUDA: backward runs on a thread of its own (autocast
+// is per thread), so the piece's second run sets it again, to compute what the first computed.
+struct Autocast {
+  static constexpr std::array<at::DeviceType, 2> kDevices = {at::kCPU, at::kCUDA};
+  std::array<bool, 2> enabled{};
+  std::array<at::ScalarType, 2> dtype{};
+  static Autocast now() {
+    Autocast a;
+    for (size_t i = 0; i < kDevices.size(); ++i) {
+      a.enabled[i] = at::autocast::is_autocast_enabled(kDevices[i]);
+      a.dtype[i] = at::autocast::get_autocast_dtype(kDevices[i]);
+    }
+    return a;
+  }
+  void set() const {
+    for (size_t i = 0; i < kDevices.size(); ++i) {
+      at::autocast::set_autocast_enabled(kDevices[i], enabled[i]);
+      at::autocast::set_autocast_dtype(kDevices[i], dtype[i]);
+    }
+  }
+};
+
+// For a scope, autocast as `a` says (then as it was); its cache of cast weights lasts the outermost scope.
+class AutocastAs {
+ public:
+  explicit AutocastAs(const Autocast& a) : was_(Autocast::now()) {
+    a.set();
+    at::autocast::increment_nesting();
+  }
+  ~AutocastAs() {
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    was_.set();
+  }
+
+ private:
+  Autocast was_;
+};
+
+// Autograd's saved data holds IValues: the piece (and the forward's autocast) travels to backward in a capsule.
 struct PieceHolder : torch::CustomClassHolder {
-  explicit PieceHolder(Piece p) : piece(std::move(p)) {}
+  PieceHolder(Piece p, Autocast a) : piece(std::move(p)), autocast(a) {}
   Piece piece;
+  Autocast autocast;
 };
 
 class RecomputeFn : public torch::autograd::Function<RecomputeFn> {
  public:
   // The inputs come as a TensorList: apply() counts a list's tensors as inputs, not a std::vector.
   static variable_list forward(AutogradContext* ctx, const Piece& piece, at::TensorList inputs) {
-    ctx->saved_data["piece"] = c10::IValue::make_capsule(c10::make_intrusive<PieceHolder>(piece));
+    ctx->saved_data["piece"] = c10::IValue::make_capsule(c10::make_intrusive<PieceHolder>(piece, Autocast::now()));
     ctx->save_for_backward(inputs.vec());
     return piece(inputs.vec());  // autograd records nothing inside a Function's forward
   }
@@ -35,7 +76,12 @@ class RecomputeFn : public torch::autograd::Function<RecomputeFn> {
     variable_list outputs, out_grads;
     {
       torch::AutoGradMode on(true);
-      const variable_list out = holder->piece(inputs);
+      const AutocastAs as(holder->autocast);
+      // Each leaf goes in as a view: autocast caches its casts of leaves that take a gradient (weights),
+      // and one cast shared by two products would sum their gradients before the cast back, not after.
+      variable_list views;
+      for (const auto& in : inputs) views.push_back(in.defined() && in.requires_grad() ? in.view_as(in) : in);
+      const variable_list out = holder->piece(views);
       for (size_t i = 0; i < out.size(); ++i)
         if (out[i].defined() && out[i].requires_grad()) {
           outputs.push_back(out[i]);

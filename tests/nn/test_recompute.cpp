@@ -1,6 +1,7 @@
 // Activation recompute (nn/recompute.h): every mode gives the same loss and the same gradients, bit for
 // bit, as keeping every activation, for GPT-2 and the Llama family, packed documents and LoRA adapters
 // included; it keeps less for backward; a model with dropout refuses it; the Trainer's steps are the same.
+#include <ATen/autocast_mode.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -25,8 +26,10 @@ struct Grads {
   std::vector<std::pair<std::string, torch::Tensor>> grads;
 };
 
-// One forward and backward of a fresh model of `preset` (seeded) with recompute `r`.
-Grads step(const std::string& preset, Recompute r, bool packed, bool lora) {
+// One forward and backward of a fresh model of `preset` (seeded) with recompute `r`; with `autocast`, the
+// forward under the CPU's bf16 autocast and the backward outside it (as backward runs on a thread of its own
+// on a GPU, where autocast is off).
+Grads step(const std::string& preset, Recompute r, bool packed, bool lora, bool autocast = false) {
   torch::manual_seed(11);
   auto model = llmtrain::nn::make_model(llmtrain::nn::ModelSpec::preset(preset));
   if (lora) {
@@ -42,7 +45,11 @@ Grads step(const std::string& preset, Recompute r, bool packed, bool lora) {
   torch::Tensor positions;
   if (packed)  // two documents a row: 0..16, then 0..22
     positions = torch::cat({torch::arange(17), torch::arange(23)}).unsqueeze(0).expand({B, T}).contiguous();
+  at::autocast::set_autocast_enabled(at::kCPU, autocast);
+  at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
   const auto loss = model->loss(idx.narrow(1, 0, T), idx.narrow(1, 1, T), positions);
+  at::autocast::set_autocast_enabled(at::kCPU, false);
+  at::autocast::clear_cache();
   loss.backward();
   Grads out{loss.item<double>(), {}};
   for (const auto& p : model->module().named_parameters())
@@ -70,6 +77,20 @@ TEST(Recompute, EveryModeGivesTheSameLossAndGradientsBitForBit) {
           }
         }
       }
+}
+
+TEST(Recompute, TheForwardsAutocastHoldsWhenBackwardRecomputes) {
+  for (const std::string preset : {"tiny", "llama-tiny"}) {
+    const Grads kept = step(preset, Recompute::kNone, false, false, /*autocast=*/true);
+    for (Recompute r : {Recompute::kMlp, Recompute::kBlock}) {
+      SCOPED_TRACE(preset + " " + llmtrain::Choice<Recompute>(r).name());
+      const Grads again = step(preset, r, false, false, /*autocast=*/true);
+      EXPECT_EQ(again.loss, kept.loss);
+      ASSERT_EQ(again.grads.size(), kept.grads.size());
+      for (size_t i = 0; i < kept.grads.size(); ++i)
+        EXPECT_TRUE(torch::equal(again.grads[i].second, kept.grads[i].second)) << kept.grads[i].first;
+    }
+  }
 }
 
 TEST(Recompute, KeepsLessForBackward_CUDA) {
