@@ -13,6 +13,7 @@
 #include "../io/hf_config.h"
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/fs.h"
+#include "llmtrain/tokenizer/tokenizer.h"
 
 namespace llmtrain::train {
 namespace {
@@ -471,7 +472,10 @@ TrainerConfig TrainerConfig::parse(const std::string& json_text, const std::stri
     try {
       value = json::parse(text, "--set " + o);
     } catch (const llmtrain::Error&) {
-      value = text;  // a bare word is a string
+      // A bare word is a string; JSON (and the config's writing back) holds only valid UTF-8.
+      const size_t bad = tokenizer::invalid_utf8_at(text);
+      LLMTRAIN_CHECK(bad == std::string::npos, "--set ", key, ": the value is not valid UTF-8 (byte ", bad, ")");
+      value = text;
     }
     Json* n = node(doc, key, true);
     LLMTRAIN_CHECK(n != nullptr, "--set ", o, ": ", key.substr(0, key.find('.')), " in ", source, " is not an object");

@@ -77,6 +77,9 @@ TEST(TrainerConfig, BadInputNamesTheKeyAndTheSource) {
   expect_error([] { TrainerConfig::parse("{}", "a.json", {"train.speed=3"}); }, {"--set train.speed=3", "unknown key"});
   expect_error([] { TrainerConfig::parse("{}", "a.json", {"train.lr"}); }, {"--set train.lr", "key=value"});
   expect_error([] { TrainerConfig::parse("{}", "a.json", {"device=tpu"}); }, {"device must be auto, cpu or cuda"});
+  // A bare word that is no UTF-8 (found by fuzz_config: it broke writing the config back as JSON).
+  expect_error([] { TrainerConfig::parse("{}", "a.json", {"data.val=3e-4\xff\xc1"}); },
+               {"--set data.val: the value is not valid UTF-8 (byte 4)"});
   expect_error([] { TrainerConfig::load("/nonexistent/config.json"); }, {"/nonexistent/config.json"});
 }
 
