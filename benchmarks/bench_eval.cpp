@@ -8,6 +8,8 @@
 //                  first --hf-limit examples, its time scaled to the whole set (--no-hf skips it)
 // Tokenizing the file is timed apart ("read" seconds). The target: the whole set in under 15 s.
 //   build/bin/bench_eval [--data hellaswag_val.jsonl] [--batch 16 --batch 64] [--hf-limit 1000]
+#include <glob.h>
+#include <llmtrain/core/fs.h>
 #include <llmtrain/eval/tasks.h>
 #include <llmtrain/nn/causal_lm.h>
 #include <llmtrain/tokenizer/tokenizer.h>
@@ -20,7 +22,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
@@ -36,26 +37,22 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 // sentences, four endings of 60 to 140 characters (HellaSwag's sizes), the label cycling.
 void make_set(const std::string& corpus_dir, const std::string& path, int64_t n) {
   std::vector<std::string> sentences;
-  FILE* ls = ::popen(("ls '" + corpus_dir + "'/*.txt").c_str(), "r");
-  LLMTRAIN_CHECK(ls != nullptr, "bench_eval: cannot list ", corpus_dir);
-  char name[4096];
-  while (int64_t(sentences.size()) < 8 * n && std::fgets(name, sizeof name, ls)) {
-    std::string file(name);
-    file.pop_back();
-    std::ifstream in(file);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  glob_t files{};
+  const int rc = ::glob((corpus_dir + "/*.txt").c_str(), 0, nullptr, &files);
+  LLMTRAIN_CHECK(rc == 0, "bench_eval: no .txt files in ", corpus_dir);
+  for (size_t f = 0; f < files.gl_pathc && int64_t(sentences.size()) < 8 * n; ++f) {
+    const std::string text = llmtrain::fs::read_file(files.gl_pathv[f]);
     size_t start = 0;
     for (size_t dot; (dot = text.find(". ", start)) != std::string::npos; start = dot + 2) {
       std::string s = text.substr(start, dot + 1 - start);
-      for (char& c : s)
-        if (c == '\n') c = ' ';
+      std::replace(s.begin(), s.end(), '\n', ' ');
       const bool ascii = std::all_of(s.begin(), s.end(), [](char c) { return c > 0; });  // cut anywhere safely
       if (s.size() >= 60 && s.size() <= 400 && ascii) sentences.push_back(s);
     }
   }
-  ::pclose(ls);
+  ::globfree(&files);
   LLMTRAIN_CHECK(sentences.size() > 100, "bench_eval: too few sentences in ", corpus_dir);
-  std::ofstream out(path);
+  std::string out;
   for (int64_t i = 0; i < n; ++i) {
     const auto at = [&](int64_t k) { return sentences[size_t((i * 7 + k) % int64_t(sentences.size()))]; };
     nlohmann::json endings = nlohmann::json::array();
@@ -64,8 +61,9 @@ void make_set(const std::string& corpus_dir, const std::string& path, int64_t n)
       endings.push_back(s.substr(0, std::min<size_t>(s.size(), size_t(60 + (i + e * 13) % 80))));
     }
     const std::string ctx = i % 2 ? at(0) : at(0) + " " + at(1);
-    out << nlohmann::json{{"ctx", ctx}, {"endings", endings}, {"label", i % 4}}.dump() << "\n";
+    out += nlohmann::json{{"ctx", ctx}, {"endings", endings}, {"label", i % 4}}.dump() + "\n";
   }
+  llmtrain::fs::write_file_atomic(path, out);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "../core/json.h"
+#include "../core/strings.h"
 #include "../data/jsonl.h"
 #include "llmtrain/core/error.h"
 #include "llmtrain/core/fs.h"
@@ -20,6 +21,7 @@ namespace {
 
 using data::detail::bad_line;
 using json::Json;
+using llmtrain::detail::ends_with;
 
 constexpr int64_t kDefaultBatch = 16;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -27,10 +29,6 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 // Characters (code points) of UTF-8 text: the bytes that start one.
 int64_t characters(const std::string& s) {
   return std::count_if(s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; });
-}
-
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
 // A label: an integer, or a string of digits (as some copies of HellaSwag write it); -1 when neither.

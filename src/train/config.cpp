@@ -224,7 +224,7 @@ void assign(const Field& f, const Json& v, const std::string& source) {
               (!v.is_array() || !std::all_of(v.begin(), v.end(), [](const Json& e) { return e.is_object(); })))
             wrong("a list of objects");
           if (!p.list && !v.is_object() && !v.is_null()) wrong("an object or null");
-          *p.text = v.is_null() || v.empty() ? "" : v.dump();
+          *p.text = v.is_null() || (p.list && v.empty()) ? "" : v.dump();
         } else if constexpr (std::is_same_v<T, std::string>) {
           if (!v.is_string()) wrong("a string");
           *p = v.get<std::string>();
