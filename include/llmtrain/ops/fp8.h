@@ -1,0 +1,44 @@
+// fp8 products for training (train.precision: fp8), the reference path: a linear layer's input and weight
+// rounded to e4m3 and its output's gradient to e5m2, each through a scale of its own (per tensor), the
+// product and the two gradient products of those codes summed in float32 and multiplied by the inverse
+// scales (what an fp8 tensor-core product computes), rounded to the operands' dtypes. The scales are
+// delayed: each comes from the largest magnitude (amax) its tensor had over the last steps. fp8_linear
+// records this call's amaxes; fp8_update_scales, after an optimizer step, turns the history into the
+// next step's scales.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+namespace llmtrain::ops {
+
+constexpr double kE4M3Max = 448.0;    // the largest e4m3 (fn) value
+constexpr double kE5M2Max = 57344.0;  // the largest finite e5m2 value
+
+/// The fp8 codes of x * scale in `type` (at::kFloat8_e4m3fn or at::kFloat8_e5m2), rounded to nearest
+/// even and saturated at the format's largest value; scale is a one-element float32 tensor.
+at::Tensor fp8_codes(const at::Tensor& x, const at::Tensor& scale, at::ScalarType type);
+
+/// One linear layer's delayed scaling, float32 tensors on the layer's device: amax_history (3, H), rows
+/// the input, the weight and the output's gradient, column 0 the current step's; scale (3), the
+/// multipliers into fp8 (1 until the first update).
+struct Fp8Scaling {
+  at::Tensor amax_history;
+  at::Tensor scale;
+};
+Fp8Scaling fp8_scaling(int64_t history, const at::Device& device);
+
+/// y = x W^T + b with x and W as e4m3 codes and the output's gradient as e5m2 codes, under s's scales;
+/// the amaxes of x and W (forward) and of the output's gradient (backward) go into column 0 of
+/// s.amax_history, as the maximum with what it holds (the micro-steps of one step share it). x, W and b
+/// of one floating dtype; y and the gradients in it.
+///   auto y = llmtrain::ops::fp8_linear(x, c_fc->weight, c_fc->bias, scaling);
+at::Tensor fp8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, const Fp8Scaling& s);
+
+/// After an optimizer step: each row's scale becomes its format's largest value over the row's largest
+/// amax in the history, divided by 2^margin (unchanged where that amax is 0, or the scale would not be
+/// finite), then the history moves on one column and column 0 starts again from 0.
+void fp8_update_scales(const Fp8Scaling& s, int64_t margin);
+
+}  // namespace llmtrain::ops
