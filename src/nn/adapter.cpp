@@ -1,5 +1,7 @@
 #include "llmtrain/nn/adapter.h"
 
+#include "../core/strings.h"
+#include "llmtrain/core/error.h"
 #include "llmtrain/ops/linear.h"
 
 namespace llmtrain::nn {
@@ -18,16 +20,53 @@ LinearAdapterImpl* adapter_of(const torch::nn::LinearImpl& layer) { return child
 
 StoredWeightImpl* stored_weight_of(const torch::nn::LinearImpl& layer) { return child_of<StoredWeightImpl>(layer); }
 
+Fp8LayerImpl* fp8_of(const torch::nn::LinearImpl& layer) { return child_of<Fp8LayerImpl>(layer); }
+
 bool plain(const torch::nn::LinearImpl& layer) { return layer.children().empty(); }
+
+Fp8LayerImpl::Fp8LayerImpl(int64_t history, const torch::Device& device) {
+  const ops::Fp8Scaling s = ops::fp8_scaling(history, device);
+  amax_history = register_buffer("amax_history", s.amax_history);
+  scale = register_buffer("scale", s.scale);
+}
 
 torch::Tensor bias_of(const torch::nn::Linear& layer) { return layer->options.bias() ? layer->bias : torch::Tensor(); }
 
 torch::Tensor linear(const torch::nn::Linear& layer, const torch::Tensor& x) {
   if (plain(*layer)) return ops::linear(x, layer->weight, bias_of(layer));
   StoredWeightImpl* stored = stored_weight_of(*layer);
-  torch::Tensor y = stored ? stored->linear(x, bias_of(layer)) : ops::linear(x, layer->weight, bias_of(layer));
+  Fp8LayerImpl* fp8 = stored ? nullptr : fp8_of(*layer);
+  torch::Tensor y = stored ? stored->linear(x, bias_of(layer))
+                    : fp8  ? ops::fp8_linear(x, layer->weight, bias_of(layer), fp8->scaling())
+                           : ops::linear(x, layer->weight, bias_of(layer));
   if (LinearAdapterImpl* a = adapter_of(*layer)) y = a->add_to(y, x);
   return y;
+}
+
+std::vector<std::string> enable_fp8(torch::nn::Module& model, int64_t history, const std::vector<std::string>& skip) {
+  std::vector<std::string> given;
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    auto* layer = dynamic_cast<torch::nn::LinearImpl*>(item.value().get());
+    if (layer == nullptr || fp8_of(*layer) != nullptr) continue;
+    bool skipped = false;
+    for (const std::string& s : skip) skipped = skipped || item.key() == s || detail::ends_with(item.key(), "." + s);
+    if (skipped) continue;
+    LLMTRAIN_CHECK(plain(*layer), "fp8: layer ", item.key(),
+                   " has an adapter or a stored weight; fp8 products train full weights (leave peft off)");
+    layer->register_module(kFp8Name, std::make_shared<Fp8LayerImpl>(history, layer->weight.device()));
+    given.push_back(item.key());
+  }
+  return given;
+}
+
+int64_t update_fp8_scales(torch::nn::Module& model, int64_t margin) {
+  int64_t n = 0;
+  for (const auto& m : model.modules(/*include_self=*/false))
+    if (const auto* f = dynamic_cast<const Fp8LayerImpl*>(m.get())) {
+      ops::fp8_update_scales(f->scaling(), margin);
+      ++n;
+    }
+  return n;
 }
 
 }  // namespace llmtrain::nn

@@ -1,7 +1,8 @@
 // What may hang under a torch::nn::Linear besides its own weight and bias: an adapter (child
-// "adapter"), which adds its output to the layer's, y = x W^T + b + adapter(x); and a stored
-// form of a frozen weight (child "stored", e.g. QLoRA's 4-bit one), which nn::linear multiplies by in
-// place of the layer's weight parameter, then left empty. peft/ attaches both through this seam; nn's
+// "adapter"), which adds its output to the layer's, y = x W^T + b + adapter(x); a stored form of a
+// frozen weight (child "stored", e.g. QLoRA's 4-bit one), which nn::linear multiplies by in place of
+// the layer's weight parameter, then left empty; and fp8 products' scaling (child "fp8"), with which
+// nn::linear takes ops::fp8_linear. peft/ and train.precision fp8 attach them through this seam; nn's
 // models run every linear layer through nn::linear, and take their unfused paths (the fused MLP, the
 // decode step's norm-folded products) for a layer that is not plain.
 #pragma once
@@ -9,6 +10,12 @@
 #include <torch/nn/module.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "llmtrain/ops/fp8.h"
 
 namespace llmtrain::nn {
 
@@ -29,23 +36,43 @@ class StoredWeightImpl : public torch::nn::Module {
   virtual torch::Tensor weight(torch::ScalarType dtype) = 0;
 };
 
+/// The delayed scaling of a layer's fp8 products (ops/fp8.h), as the buffers "amax_history" (3, H)
+/// and "scale" (3): checkpoints keep them, and a resume goes on with the same scales.
+class Fp8LayerImpl : public torch::nn::Module {
+ public:
+  Fp8LayerImpl(int64_t history, const torch::Device& device);
+  ops::Fp8Scaling scaling() const { return {amax_history, scale}; }
+  torch::Tensor amax_history, scale;
+};
+
 /// The child names they are registered under.
 constexpr const char* kAdapterName = "adapter";
 constexpr const char* kStoredWeightName = "stored";
+constexpr const char* kFp8Name = "fp8";
 
 /// The adapter of `layer`, or null.
 LinearAdapterImpl* adapter_of(const torch::nn::LinearImpl& layer);
 /// The stored form of `layer`'s weight, or null.
 StoredWeightImpl* stored_weight_of(const torch::nn::LinearImpl& layer);
-/// True for a layer with neither: its weight parameter is all it computes with.
+/// The fp8 scaling of `layer`, or null.
+Fp8LayerImpl* fp8_of(const torch::nn::LinearImpl& layer);
+/// True for a layer with none of them: its weight parameter is all it computes with.
 bool plain(const torch::nn::LinearImpl& layer);
 
 /// The layer's bias, undefined where it has none.
 torch::Tensor bias_of(const torch::nn::Linear& layer);
 
-/// x W^T + b through ops::linear (or the stored weight's product), plus the layer's adapter where it
-/// has one.
+/// x W^T + b through ops::linear (the stored weight's product, or ops::fp8_linear with the layer's fp8
+/// scaling), plus the layer's adapter where it has one.
 ///   auto qkv = llmtrain::nn::linear(attn->c_attn, x);
 torch::Tensor linear(const torch::nn::Linear& layer, const torch::Tensor& x);
+
+/// Gives fp8 scaling (an amax history of `history` steps) to every linear layer of `model` whose
+/// qualified name ends in none of `skip` (e.g. "lm_head", "h.0.mlp.c_fc"); layers with a stored weight
+/// or an adapter are an error (fp8 trains full weights). Returns the names given it, in module order.
+std::vector<std::string> enable_fp8(torch::nn::Module& model, int64_t history, const std::vector<std::string>& skip);
+
+/// ops::fp8_update_scales for every fp8 layer of `model` (after each optimizer step); the count.
+int64_t update_fp8_scales(torch::nn::Module& model, int64_t margin);
 
 }  // namespace llmtrain::nn
