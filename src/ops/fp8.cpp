@@ -24,9 +24,11 @@ at::Tensor scaled_product(const at::Tensor& a, const at::Tensor& b, const at::Te
 struct Fp8LinearFn : torch::autograd::Function<Fp8LinearFn> {
   // No bias travels as an empty tensor: autograd's functions take no undefined inputs.
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                            const at::Tensor& bias, const at::Tensor& history, const at::Tensor& scale) {
-    record_amax(history, 0, x);
-    record_amax(history, 1, weight);
+                            const at::Tensor& bias, const at::Tensor& history, const at::Tensor& scale, bool record) {
+    if (record) {
+      record_amax(history, 0, x);
+      record_amax(history, 1, weight);
+    }
     const at::Tensor qx = fp8_codes(x, scale.narrow(0, 0, 1), at::kFloat8_e4m3fn),
                      qw = fp8_codes(weight, scale.narrow(0, 1, 1), at::kFloat8_e4m3fn);
     const at::Tensor inv = scale.reciprocal();
@@ -53,7 +55,7 @@ struct Fp8LinearFn : torch::autograd::Function<Fp8LinearFn> {
     }
     if (ctx->needs_input_grad(2) && ctx->saved_data["has_bias"].toBool())
       db = dy.reshape({-1, dy.size(-1)}).to(at::kFloat).sum(0).to(dy.scalar_type());
-    return {dx, dw, db, at::Tensor(), at::Tensor()};
+    return {dx, dw, db, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -94,7 +96,9 @@ at::Tensor fp8_linear(const at::Tensor& x, const at::Tensor& weight, const at::T
                  weight.scalar_type(), (bias.defined() ? ", " : ""),
                  (bias.defined() ? c10::toString(bias.scalar_type()) : ""));
   const at::Tensor b = bias.defined() ? bias : at::empty({0}, x.options());
-  return Fp8LinearFn::apply(x, weight, b, s.amax_history, s.scale);
+  // Recorded in training's passes, not in evaluation's or sampling's (grad mode off; inside apply it is
+  // always off).
+  return Fp8LinearFn::apply(x, weight, b, s.amax_history, s.scale, at::GradMode::is_enabled());
 }
 
 void fp8_update_scales(const Fp8Scaling& s, int64_t margin) {

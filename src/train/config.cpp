@@ -136,6 +136,13 @@ std::vector<Field> fields(TrainerConfig& c) {
        "intermediates not kept) or block (each whole block; only the residual stream kept): less memory for "
        "a second forward, the same gradients; needs no dropout (model.dropout, peft.dropout 0); steps run "
        "eagerly, not as CUDA graphs"},
+      {"train.fp8", &c.train.fp8,
+       "the linear layers' products in fp8 (inputs and weights e4m3, their gradients e5m2, each tensor scaled by "
+       "its amax over the last fp8_history steps; the scales are kept in checkpoints); needs precision "
+       "bf16-master and peft.method none. The reference path (ops/fp8.h) for now: fp8's numbers, not its speed"},
+      {"train.fp8_history", &c.train.fp8_history, "fp8: the steps of amaxes each scale is taken from"},
+      {"train.fp8_margin", &c.train.fp8_margin, "fp8: each scale 2^margin below the largest that fits the amax"},
+      {"train.fp8_skip", &c.train.fp8_skip, "fp8: linear layers kept in bf16, by name or dotted suffix"},
       {"train.cuda_graph", &c.train.cuda_graph, "one GPU: replay each micro-step as a CUDA graph"},
       {"train.bucket_mb", &c.train.bucket_mb, "several ranks: MiB of gradients per all-reduce"},
       {"train.zero", &c.train.zero, "several ranks: shard the optimizer state over them (ZeRO-1)"},
@@ -301,6 +308,15 @@ void validate(const TrainerConfig& c, const std::function<std::string(const std:
   check(c.model.config.empty() ? "model.preset" : "model.config", [&] { spec = c.model.spec(); });
   LLMTRAIN_CHECK(c.train.seq_len <= spec.block_size(), from("train.seq_len"), ": train.seq_len ", c.train.seq_len,
                  " exceeds the model's block_size ", spec.block_size());
+  LLMTRAIN_CHECK(!c.train.fp8 || c.train.precision == optim::Precision::kBF16Master, from("train.fp8"),
+                 ": train.fp8 needs train.precision bf16-master (bf16 elsewhere, fp32 masters), got ",
+                 c.train.precision.name());
+  LLMTRAIN_CHECK(!c.train.fp8 || c.peft.method == PeftMethod::kNone, from("train.fp8"),
+                 ": train.fp8 trains full weights; set peft.method none, got ", c.peft.method.name());
+  LLMTRAIN_CHECK(c.train.fp8_history >= 1, from("train.fp8_history"), ": train.fp8_history must be >= 1, got ",
+                 c.train.fp8_history);
+  LLMTRAIN_CHECK(c.train.fp8_margin >= 0 && c.train.fp8_margin <= 64, from("train.fp8_margin"),
+                 ": train.fp8_margin must be in [0, 64], got ", c.train.fp8_margin);
   LLMTRAIN_CHECK(c.train.recompute == nn::Recompute::kNone || c.model.dropout == 0, from("train.recompute"),
                  ": train.recompute ", c.train.recompute.name(),
                  " needs model.dropout 0 (a recomputed part would draw other dropout masks), got ", c.model.dropout);

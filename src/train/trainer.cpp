@@ -36,6 +36,7 @@
 #include "llmtrain/dist/launch.h"
 #include "llmtrain/dist/nccl.h"
 #include "llmtrain/infer/generate.h"
+#include "llmtrain/nn/adapter.h"
 #include "llmtrain/optim/optimizer.h"
 #include "llmtrain/peft/lora.h"
 #include "llmtrain/tokenizer/tokenizer.h"
@@ -105,6 +106,18 @@ double device_memory(torch::Device device) {
     in.ignore(64, '\n');
   }
   return kib * 1024;
+}
+
+// fp8 products need fp8 tensor cores (compute capability 8.9, Ada, or newer); the CPU runs the reference.
+void check_fp8_device(const torch::Device& device) {
+#if LLMTRAIN_WITH_CUDA
+  if (!device.is_cuda()) return;
+  const cudaDeviceProp* p = at::cuda::getDeviceProperties(device.index() < 0 ? 0 : device.index());
+  LLMTRAIN_CHECK(p->major * 10 + p->minor >= 89, "train.fp8: device ", device.str(), " (", p->name,
+                 ", compute capability ", p->major, ".", p->minor, ") has no fp8 tensor cores (8.9 or newer)");
+#else
+  (void)device;
+#endif
 }
 
 // A lower bound of the memory a run takes: the parameters, their gradients, AdamW's two moments and the
@@ -183,7 +196,8 @@ void check_resumed_config(const TrainerConfig& was, const TrainerConfig& now, co
                         key == "train.lr" || key == "train.min_lr_frac" || key == "train.warmup_steps" ||
                         key == "train.schedule" || key == "train.precision" || key == "train.rounding" ||
                         key == "train.seed" || (key == "train.max_steps" && !constant) || key.rfind("peft.", 0) == 0 ||
-                        key == "train.optimizer_state" || key == "train.optimizer_8bit_min_size";
+                        key == "train.optimizer_state" || key == "train.optimizer_8bit_min_size" ||
+                        key == "train.fp8" || key == "train.fp8_history" || key == "train.fp8_skip";
     (breaks ? refused : changed) += "\n  " + key + ": " + json::excerpt(x) + " -> " + json::excerpt(y);
   }
   LLMTRAIN_CHECK(refused.empty(), "cannot resume ", dir, " exactly: these keys differ from the checkpoint's run",
@@ -482,6 +496,10 @@ Trainer::Trainer(TrainerConfig config, std::shared_ptr<dist::Communicator> comm)
   d.model->module().to(d.device);
   if (c.peft.method == PeftMethod::kQLora) peft::quantize_base(*d.model, c.peft.quantization);  // on the device
   d.opt = std::make_unique<optim::MixedPrecisionOptimizer>(d.model->module(), c.optimizer());
+  if (c.train.fp8) {  // after the optimizer's cast to bf16: the scaling stays float32
+    check_fp8_device(d.device);
+    nn::enable_fp8(d.model->module(), c.train.fp8_history, c.train.fp8_skip);
+  }
   LLMTRAIN_CHECK(!c.train.zero || d.comm, "train.zero shards the optimizer over data-parallel ranks, and this run ",
                  "has no communicator: start it under mpirun (train makes one there) or set train.zero=false");
   if (d.comm) {  // one rank too: the same path as many
@@ -634,6 +652,7 @@ int64_t Trainer::run() {
       }
     }
     d.opt->queue_step(d.step);
+    if (c.train.fp8) nn::update_fp8_scales(d.model->module(), c.train.fp8_margin);  // the next step's scales
     queued = Queued{++d.step, HostCopy(d.mean_over_ranks_tensor(loss_sum)), std::nullopt};
     if (!d.device.is_cuda()) queued->done = std::chrono::steady_clock::now();
     const bool eval_now = due(c.eval.every, d.step), sample_now = due(c.sample.every, d.step),

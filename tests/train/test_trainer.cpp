@@ -268,6 +268,46 @@ TEST(Trainer, EightBitOptimizerStateResumesExactly) {
   }
 }
 
+// fp8 products (train.fp8; on the CPU the reference path of ops/fp8.h): the run learns, its scales follow
+// the amaxes, its checkpoints keep them and resume to the bit, and the rules of its keys are named.
+TEST(Trainer, Fp8RunsLearnAndResumeExactly) {
+  {
+    RunFolder run;
+    const std::vector<std::string> sets = {"train.fp8=true", "train.precision=bf16-master", "train.max_steps=8",
+                                           "checkpoint.every=4", "train.lr=3e-3"};
+    Trainer full(run.config("full", sets));
+    const auto expected = run_losses(full);
+    ASSERT_EQ(expected.size(), 8u);
+    EXPECT_LT(expected.back(), expected.front());
+    int64_t layers = 0;
+    for (const auto& b : full.model().module().named_buffers())
+      if (b.key().find(".fp8.scale") != std::string::npos) {
+        ++layers;
+        EXPECT_EQ(b.value().scalar_type(), torch::kFloat) << b.key();
+        EXPECT_FALSE(torch::equal(b.value(), torch::ones({3}))) << b.key() << ": updated from the amaxes";
+      }
+    EXPECT_GT(layers, 0);
+    const auto rest = resumed_losses(run, sets, 4);
+    ASSERT_EQ(rest.size(), 4u);
+    for (size_t i = 0; i < rest.size(); ++i) EXPECT_EQ(rest[i], expected[4 + i]) << "step " << 5 + i;  // bitwise
+    auto plain = sets;
+    plain[0] = "train.fp8=false";
+    Trainer bf16(run.config("bf16", plain));
+    EXPECT_NE(run_losses(bf16), expected) << "fp8 changed the products";
+    Trainer other(run.config("split", plain));
+    expect_error([&] { other.resume_if_possible(); }, {"cannot resume", "train.fp8: true -> false"});
+  }
+  RunFolder run;
+  expect_error([&] { run.config("x", {"train.fp8=true"}); },
+               {"train.fp8 needs train.precision bf16-master", "got fp32"});
+  expect_error(
+      [&] {
+        run.config("x", {"train.fp8=true", "train.precision=bf16-master", "peft.method=lora"});
+      },
+      {"train.fp8 trains full weights", "got lora"});
+  expect_error([&] { run.config("x", {"train.fp8_history=0"}); }, {"train.fp8_history must be >= 1"});
+}
+
 // Each Llama-family tiny model trains through the same Trainer and resumes to the bit, its checkpoint
 // recording its family and shape.
 TEST(Trainer, LlamaFamilyModelsTrainAndResumeExactly) {

@@ -30,9 +30,9 @@ struct Fp8Scaling {
 Fp8Scaling fp8_scaling(int64_t history, const at::Device& device);
 
 /// y = x W^T + b with x and W as e4m3 codes and the output's gradient as e5m2 codes, under s's scales;
-/// the amaxes of x and W (forward) and of the output's gradient (backward) go into column 0 of
-/// s.amax_history, as the maximum with what it holds (the micro-steps of one step share it). x, W and b
-/// of one floating dtype; y and the gradients in it.
+/// the amaxes of x and W (a forward with grad mode on: training's, not evaluation's) and of the output's
+/// gradient (backward) go into column 0 of s.amax_history, as the maximum with what it holds (the
+/// micro-steps of one step share it). x, W and b of one floating dtype; y and the gradients in it.
 ///   auto y = llmtrain::ops::fp8_linear(x, c_fc->weight, c_fc->bias, scaling);
 at::Tensor fp8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, const Fp8Scaling& s);
 

@@ -92,6 +92,10 @@ struct TrainConfig {
   int64_t loss_scale_growth_interval = 2000;  // fp16: steps without overflow before the scale doubles
   uint64_t seed = 1337;
   Choice<nn::Recompute> recompute = nn::Recompute::kNone;  // activations recomputed in backward (nn/recompute.h)
+  bool fp8 = false;                                        // linear layers' products in fp8 (ops/fp8.h; bf16-master)
+  int64_t fp8_history = 16;                                // fp8: steps of amaxes each scale comes from
+  int64_t fp8_margin = 0;                                  // fp8: scales 2^margin below the largest that fits
+  std::vector<std::string> fp8_skip = {"lm_head"};         // fp8: layers kept in bf16, by name or dotted suffix
   bool cuda_graph = true;  // CUDA, not fp16, one rank: each micro-step's forward and backward replayed as a graph
   int64_t bucket_mb = 25;  // several ranks: the gradients (MiB) one all-reduce carries
   bool zero = false;       // ZeRO-1: optimizer state sharded over the ranks (needs a communicator)
