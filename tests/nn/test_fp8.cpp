@@ -52,9 +52,11 @@ TEST(Fp8, ModelsTrainThroughFp8LayersNearFullPrecision) {
     const Pass want = run(*full, idx);
     run(*fp8, idx);  // the first step's scales are 1: it fills the histories
     EXPECT_EQ(llmtrain::nn::update_fp8_scales(fp8->module(), 0), linears);
-    for (const auto& b : fp8->module().named_buffers())  // the first step's amaxes set every scale
-      if (b.key().find(".fp8.scale") != std::string::npos)
+    for (const auto& b : fp8->module().named_buffers()) {  // the first step's amaxes set every scale
+      if (b.key().find(".fp8.scale") != std::string::npos) {
         EXPECT_FALSE(torch::equal(b.value(), torch::ones({3}))) << b.key();
+      }
+    }
     const Pass got = run(*fp8, idx);
     EXPECT_NEAR(got.loss, want.loss, 0.02 * want.loss);
     ASSERT_EQ(got.grads.size(), want.grads.size());
