@@ -106,7 +106,9 @@ void fp8_update_scales(const Fp8Scaling& s, int64_t margin) {
   LLMTRAIN_CHECK(margin >= 0, "fp8 margin must be >= 0, got ", margin);
   at::NoGradGuard no_grad;
   const at::Tensor amax = s.amax_history.amax(1);
-  const at::Tensor max = at::tensor({kE4M3Max, kE4M3Max, kE5M2Max}, s.scale.options());
+  // Filled on the scale's device (at::tensor from host values would copy over the bus each layer, each step).
+  const at::Tensor max = at::full({3}, kE4M3Max, s.scale.options());
+  max.narrow(0, 2, 1).fill_(kE5M2Max);
   const at::Tensor next = max / amax / std::ldexp(1.0, int(margin));
   s.scale.copy_(at::where((amax > 0) & at::isfinite(next), next, s.scale));
   s.amax_history.copy_(s.amax_history.roll(1, 1));
