@@ -59,14 +59,20 @@ std::vector<std::string> enable_fp8(torch::nn::Module& model, int64_t history, c
   return given;
 }
 
-int64_t update_fp8_scales(torch::nn::Module& model, int64_t margin) {
-  int64_t n = 0;
+int64_t update_fp8_scales(torch::nn::Module& model, int64_t margin,
+                          const std::function<void(torch::Tensor&)>& reduce_max) {
+  std::vector<const Fp8LayerImpl*> layers;
   for (const auto& m : model.modules(/*include_self=*/false))
-    if (const auto* f = dynamic_cast<const Fp8LayerImpl*>(m.get())) {
-      ops::fp8_update_scales(f->scaling(), margin);
-      ++n;
-    }
-  return n;
+    if (const auto* f = dynamic_cast<const Fp8LayerImpl*>(m.get())) layers.push_back(f);
+  if (reduce_max && !layers.empty()) {  // one collective for every layer's current amaxes
+    std::vector<torch::Tensor> current;
+    for (const auto* f : layers) current.push_back(f->amax_history.select(1, 0));
+    torch::Tensor all = torch::stack(current);
+    reduce_max(all);
+    for (size_t i = 0; i < layers.size(); ++i) current[i].copy_(all[int64_t(i)]);
+  }
+  for (const auto* f : layers) ops::fp8_update_scales(f->scaling(), margin);
+  return int64_t(layers.size());
 }
 
 }  // namespace llmtrain::nn

@@ -652,7 +652,11 @@ int64_t Trainer::run() {
       }
     }
     d.opt->queue_step(d.step);
-    if (c.train.fp8) nn::update_fp8_scales(d.model->module(), c.train.fp8_margin);  // the next step's scales
+    if (c.train.fp8) {  // the next step's scales, the same on every rank
+      std::function<void(torch::Tensor&)> over_ranks;
+      if (d.world > 1) over_ranks = [&](torch::Tensor& amaxes) { d.comm->all_reduce_max(amaxes); };
+      nn::update_fp8_scales(d.model->module(), c.train.fp8_margin, over_ranks);
+    }
     queued = Queued{++d.step, HostCopy(d.mean_over_ranks_tensor(loss_sum)), std::nullopt};
     if (!d.device.is_cuda()) queued->done = std::chrono::steady_clock::now();
     const bool eval_now = due(c.eval.every, d.step), sample_now = due(c.sample.every, d.step),

@@ -1,5 +1,5 @@
 // What every Communicator must compute over two ranks, for the MPI and Gloo tests alike: sums of
-// every dtype (16-bit floats too), a strided tensor, a broadcast, means, reduce-scatter and
+// every dtype (16-bit floats too), a strided tensor, a broadcast, means, maxima, reduce-scatter and
 // all-gather, and the argument errors. Every rank calls it, in the same order.
 #pragma once
 
@@ -44,6 +44,9 @@ inline void expect_collectives(dist::Communicator& comm) {
   auto gathered = torch::zeros({6});
   comm.all_gather(part, gathered);
   EXPECT_TRUE(torch::equal(gathered, torch::arange(6, torch::kFloat) * 2 + 10)) << gathered;
+  auto most = torch::tensor({float(r), 5.f - r, -1.f, -3.f + r}).view({2, 2});
+  comm.all_reduce_max(most);
+  EXPECT_TRUE(torch::equal(most, torch::tensor({1.f, 5.f, -1.f, -2.f}).view({2, 2}))) << most;
   expect_error(
       [&] {
         auto small = torch::zeros({2});

@@ -63,6 +63,39 @@ TEST(Ranks, TwoRanksOnHalfBatchesTrainAsOneProcessWithTwoAccumulationSteps) {
   }
 }
 
+// fp8's amaxes are taken over every rank's micro-batches, as one process over all of them would take
+// them: the ranks see different data, yet take the same scales, and checkpoint the same.
+TEST(Ranks, Fp8RanksTakeTheirScalesFromEveryRanksAmaxes) {
+  const auto comm = world();
+  ASSERT_EQ(comm->world_size(), 2);
+  llmtrain::testing::RunFolder run;
+  const std::vector<std::string> sets = {"train.fp8=true", "train.precision=bf16-master", "train.max_steps=1",
+                                         "checkpoint.every=0"};
+  llmtrain::train::Trainer one(run.config("one", sets));
+  ASSERT_EQ(one.grad_accum_steps(), 2);
+  one.run();
+  llmtrain::train::Trainer two(run.config("two", sets), comm);
+  two.run();
+  const auto want = one.model().module().named_buffers();
+  int64_t layers = 0;
+  for (const auto& b : two.model().module().named_buffers()) {
+    if (b.key().find(".fp8.") == std::string::npos) continue;
+    const auto mine = b.value().detach().clone();
+    auto sum = mine.clone();
+    comm->all_reduce_sum(sum);
+    EXPECT_TRUE(torch::equal(sum, 2 * mine)) << b.key() << ": the ranks took different scales";
+    if (b.key().find("amax_history") == std::string::npos) continue;
+    ++layers;
+    // The step's amaxes of the input and the weight (column 1 after the update) are one process's.
+    EXPECT_TRUE(torch::equal(mine.index({torch::indexing::Slice(0, 2), 1}),
+                             want[b.key()].index({torch::indexing::Slice(0, 2), 1})))
+        << b.key() << "\n"
+        << mine << "\n"
+        << want[b.key()];
+  }
+  EXPECT_GT(layers, 0);
+}
+
 // Each rank draws its own dropout masks (rank 0 as a single process would), and a checkpoint keeps
 // every rank's generators: a run stopped and resumed takes the losses of the unbroken run to the bit.
 TEST(Ranks, EachRankDrawsItsOwnDropoutAndResumesItExactly) {

@@ -25,6 +25,9 @@ class Communicator {
   virtual void all_reduce_sum(torch::Tensor& tensor) = 0;
   /// Replaces `tensor` on every rank with the elementwise mean over all ranks.
   virtual void all_reduce_avg(torch::Tensor& tensor);
+  /// Replaces `tensor` on every rank with the elementwise maximum over all ranks (through all_gather:
+  /// for small tensors, such as fp8's amaxes).
+  void all_reduce_max(torch::Tensor& tensor);
   /// `input` (world_size x n elements) summed over the ranks; rank r's `output` (n) gets part r of it.
   virtual void reduce_scatter_sum(const torch::Tensor& input, torch::Tensor& output) = 0;
   /// `output` (world_size x n) on every rank: part r is rank r's `input` (n).
@@ -54,6 +57,13 @@ class Communicator {
 inline void Communicator::all_reduce_avg(torch::Tensor& tensor) {
   all_reduce_sum(tensor);
   if (world_size() > 1) tensor.div_(double(world_size()));
+}
+
+inline void Communicator::all_reduce_max(torch::Tensor& tensor) {
+  if (world_size() == 1 || tensor.numel() == 0) return;
+  torch::Tensor all = tensor.new_empty({world_size(), tensor.numel()});
+  all_gather(tensor.contiguous().view({-1}), all);
+  tensor.copy_(all.amax(0).view_as(tensor));
 }
 
 inline void Communicator::abort(int code) { std::_Exit(code); }

@@ -12,6 +12,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -72,7 +73,10 @@ torch::Tensor linear(const torch::nn::Linear& layer, const torch::Tensor& x);
 /// or an adapter are an error (fp8 trains full weights). Returns the names given it, in module order.
 std::vector<std::string> enable_fp8(torch::nn::Module& model, int64_t history, const std::vector<std::string>& skip);
 
-/// ops::fp8_update_scales for every fp8 layer of `model` (after each optimizer step); the count.
-int64_t update_fp8_scales(torch::nn::Module& model, int64_t margin);
+/// ops::fp8_update_scales for every fp8 layer of `model` (after each optimizer step); the count. Where
+/// given, `reduce_max` first replaces the layers' current amaxes, one (layers, 3) tensor, with their
+/// maximum over the data-parallel ranks, so that every rank takes the same scales.
+int64_t update_fp8_scales(torch::nn::Module& model, int64_t margin,
+                          const std::function<void(torch::Tensor&)>& reduce_max = nullptr);
 
 }  // namespace llmtrain::nn
