@@ -11,6 +11,8 @@
 //                   (train::GraphedStep), its loss and norm read once the next step's work is queued
 //   llmtrain-eager  the same without the graph: the forward and backward launched op by op (--eager)
 //   llmtrain-sync   eager, reading each step's loss before queueing the next (--sync)
+//   llmtrain-fp8    llmtrain with every linear layer but the head in fp8 (train.fp8; --fp8), as a graph and
+//                   eagerly (llmtrain-fp8-eager)
 //   llmtrain-recompute-MODE  eager with activation recompute (--recompute mlp|block): its peak GiB and
 //                   ms/step against llmtrain-eager's (which --recompute adds) are what it saves and costs
 //   llmtrain-dp1    eager, through dist::DataParallel over an NCCL communicator of one rank (--dp): the
@@ -64,6 +66,8 @@ int main(int argc, char** argv) {
   app.add_flag("--sync", sync_row,
                "also run llmtrain eagerly, reading each step's loss and norm before the next is queued");
   app.add_flag("--eager", eager_row, "also run llmtrain without the CUDA graph");
+  bool fp8_row = false;
+  app.add_flag("--fp8", fp8_row, "also run llmtrain with fp8 linear layers (train.fp8), with and without the graph");
   std::vector<std::string> recompute;
   app.add_option("--recompute", recompute,
                  "also run llmtrain eagerly with this activation recompute (repeatable: mlp, block), beside the eager "
@@ -107,6 +111,14 @@ int main(int argc, char** argv) {
         add(v);
         v.name = "llmtrain-zero1";
         v.zero = true;
+        add(v);
+      }
+      if (fp8_row) {
+        Variant v{"llmtrain-fp8", true, Precision::kBF16Master, false, /*graph=*/true};
+        v.fp8 = true;
+        add(v);
+        v.name = "llmtrain-fp8-eager";
+        v.graph = false;
         add(v);
       }
       if (sync_row) add({"llmtrain-sync", true, Precision::kBF16Master, /*sync=*/true});

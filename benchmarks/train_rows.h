@@ -49,6 +49,7 @@ struct Variant {
   bool nf4 = false;                                // that base in NF4 (QLoRA)
   llmtrain::optim::StateFormat state = llmtrain::optim::StateFormat::kFP32;  // AdamW's moments
   llmtrain::nn::Recompute recompute = llmtrain::nn::Recompute::kNone;        // activations recomputed in backward
+  bool fp8 = false;  // linear layers' products in fp8 (train.fp8's defaults: history 16, margin 0, the head skipped)
 };
 
 inline Row run(const Variant& v, const llmtrain::nn::ModelSpec& spec, int64_t B, int64_t T, int steps, int warmup,
@@ -70,6 +71,7 @@ inline Row run(const Variant& v, const llmtrain::nn::ModelSpec& spec, int64_t B,
   o.precision = v.precision;
   o.stochastic_rounding = v.kernels;  // the plain LibTorch rows round their bf16 copies to nearest
   llmtrain::optim::MixedPrecisionOptimizer opt(model->module(), o);
+  if (v.fp8) llmtrain::nn::enable_fp8(model->module(), 16, {"lm_head"});  // after the cast to bf16, as the Trainer
   const auto idx =
       torch::randint(spec.vocab_size(), {B, T + 1}, torch::TensorOptions().dtype(torch::kLong).device(torch::kCUDA));
   const auto inputs = idx.narrow(1, 0, T).contiguous(), targets = idx.narrow(1, 1, T).contiguous();
@@ -104,10 +106,12 @@ inline Row run(const Variant& v, const llmtrain::nn::ModelSpec& spec, int64_t B,
       if (pending_loss.defined()) loss = pending_loss.get().item<double>();
       model->check_inputs(/*wait=*/false);
       opt.queue_step(s);
+      if (v.fp8) llmtrain::nn::update_fp8_scales(model->module(), 0);
       pending_loss = llmtrain::HostCopy(l);
       return;
     }
     opt.step(s);
+    if (v.fp8) llmtrain::nn::update_fp8_scales(model->module(), 0);
     loss = l.item<double>();  // read before the next step is queued: the device waits for the host
     model->check_inputs(/*wait=*/true);
   };

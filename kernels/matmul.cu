@@ -1,7 +1,8 @@
-// A cache of cuBLASLt plans, one per (shape, layout, dtype, epilogue, pointer alignment): the
+// A cache of cuBLASLt plans, one per (shape, layout, dtype, epilogue, pointer alignment, fp8 formats): the
 // descriptors and the fastest of the heuristic's candidates, timed on first use (the heuristic's first
 // choice was often slower than cuBLAS's own for these epilogues). The bias and aux pointers change
-// from call to call, so they are set on the cached descriptor under a lock, right before the launch.
+// from call to call, so they are set on the cached descriptor under a lock, right before the launch (and
+// so are fp8's scale pointers).
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -26,6 +27,17 @@ cudaDataType_t cuda_type(DType t) {
   return CUDA_R_32F;
 }
 
+cudaDataType_t operand_type(Fp8Format f, DType t) {
+  switch (f) {
+    case Fp8Format::kE4M3: return CUDA_R_8F_E4M3;
+    case Fp8Format::kE5M2: return CUDA_R_8F_E5M2;
+    case Fp8Format::kNone: break;
+  }
+  return cuda_type(t);
+}
+
+bool is_fp8(const MatmulArgs& x) { return x.a_fp8 != Fp8Format::kNone || x.b_fp8 != Fp8Format::kNone; }
+
 cublasLtEpilogue_t lt_epilogue(Epilogue e) {
   switch (e) {
     case Epilogue::kNone: return CUBLASLT_EPILOGUE_DEFAULT;
@@ -40,7 +52,14 @@ cublasLtEpilogue_t lt_epilogue(Epilogue e) {
 // 1 when p is 256-byte aligned (the heuristic may pick faster algorithms then), else 0.
 int wide(const void* p) { return reinterpret_cast<uintptr_t>(p) % 256 == 0 ? 1 : 0; }
 
-using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t, int, int, int>;
+using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, int64_t, int64_t, int64_t, int, int, int, int, int, bool>;
+
+// The fp8 codes' inverse scales: read by the product from device memory, set on every call.
+cublasStatus_t set_scales(cublasLtMatmulDesc_t desc, const MatmulArgs& x) {
+  LLMTRAIN_RETURN_IF_ERROR(
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &x.a_scale, sizeof x.a_scale));
+  return cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x.b_scale, sizeof x.b_scale);
+}
 
 struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
@@ -70,8 +89,19 @@ cublasStatus_t make_plan(cublasLtHandle_t handle, const MatmulArgs& x, void* wor
     LLMTRAIN_RETURN_IF_ERROR(
         cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &x.aux, sizeof x.aux));
   }
-  LLMTRAIN_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&p.a, t, x.trans_a ? x.k : x.m, x.trans_a ? x.m : x.k, x.lda));
-  LLMTRAIN_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&p.b, t, x.trans_b ? x.n : x.k, x.trans_b ? x.k : x.n, x.ldb));
+  if (is_fp8(x)) {
+    if (x.a_fp8 == Fp8Format::kNone || x.b_fp8 == Fp8Format::kNone || !x.trans_a || x.trans_b)
+      return CUBLAS_STATUS_NOT_SUPPORTED;
+    LLMTRAIN_RETURN_IF_ERROR(set_scales(p.desc, x));
+    const int8_t fast = x.fast_accum ? 1 : 0;
+    LLMTRAIN_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast));
+  }
+  const cudaDataType_t ta_type = operand_type(x.a_fp8, x.dtype), tb_type = operand_type(x.b_fp8, x.dtype);
+  LLMTRAIN_RETURN_IF_ERROR(
+      cublasLtMatrixLayoutCreate(&p.a, ta_type, x.trans_a ? x.k : x.m, x.trans_a ? x.m : x.k, x.lda));
+  LLMTRAIN_RETURN_IF_ERROR(
+      cublasLtMatrixLayoutCreate(&p.b, tb_type, x.trans_b ? x.n : x.k, x.trans_b ? x.k : x.n, x.ldb));
   LLMTRAIN_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&p.d, t, x.m, x.n, x.ldd));
   cublasLtMatmulPreference_t pref = nullptr;
   LLMTRAIN_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref));
@@ -133,7 +163,10 @@ cublasStatus_t launch_matmul(cublasLtHandle_t handle, const MatmulArgs& x, void*
                 x.ldd,
                 int(x.dtype),
                 int(x.epilogue),
-                wide(x.a) | wide(x.b) << 1 | wide(x.d) << 2 | wide(x.aux) << 3 | wide(workspace) << 4};
+                wide(x.a) | wide(x.b) << 1 | wide(x.d) << 2 | wide(x.aux) << 3 | wide(workspace) << 4,
+                int(x.a_fp8),
+                int(x.b_fp8),
+                x.fast_accum};
   const std::lock_guard<std::mutex> lock(g_mu);
   auto [it, fresh] = g_plans.try_emplace({handle, key});
   Plan& p = it->second;
@@ -145,6 +178,7 @@ cublasStatus_t launch_matmul(cublasLtHandle_t handle, const MatmulArgs& x, void*
   if (x.epilogue == Epilogue::kGeluAuxBias || x.epilogue == Epilogue::kDGeluBGrad)
     LLMTRAIN_RETURN_IF_ERROR(
         cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &x.aux, sizeof x.aux));
+  if (is_fp8(x)) LLMTRAIN_RETURN_IF_ERROR(set_scales(p.desc, x));
   const float alpha = 1.f, beta = 0.f;
   return cublasLtMatmul(handle, p.desc, &alpha, x.a, p.a, x.b, p.b, &beta, x.d, p.d, x.d, p.d, &p.algo, workspace,
                         workspace_bytes, stream);

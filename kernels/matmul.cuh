@@ -24,7 +24,9 @@ enum class Epilogue {
 };
 
 /// One product D (m x n) = op(A) (m x k) op(B) (k x n) and its epilogue. Every pointer must be 16-byte
-/// aligned; a, b, d, bias and aux all have `dtype`; float32 math throughout (no TF32).
+/// aligned; a, b, d, bias and aux all have `dtype`; float32 math throughout (no TF32). With a_fp8 and
+/// b_fp8 set, A and B are fp8 codes instead (not both e5m2; trans_a and not trans_b, as Hopper's fp8
+/// products read both along k; m, k, lda, ldb multiples of 16) and D = a_scale * b_scale * op(A) op(B).
 struct MatmulArgs {
   int64_t m = 0, n = 0, k = 0;
   bool trans_a = false, trans_b = false;  // A stored k x m (trans_a) or m x k; B stored n x k or k x n
@@ -38,6 +40,10 @@ struct MatmulArgs {
   Epilogue epilogue = Epilogue::kNone;
   void* bias = nullptr;  // read by kBias and kGeluAuxBias, written by kDGeluBGrad and kBGradB
   void* aux = nullptr;   // m x n, leading dimension m: written by kGeluAuxBias, read by kDGeluBGrad
+  Fp8Format a_fp8 = Fp8Format::kNone, b_fp8 = Fp8Format::kNone;
+  const float* a_scale = nullptr;  // fp8: device scalars, the codes' inverse scales
+  const float* b_scale = nullptr;
+  bool fast_accum = false;  // fp8: Hopper's faster accumulation, fewer promotions to float32 (forward products)
 };
 
 /// Queues the product on `stream`. CUBLAS_STATUS_NOT_SUPPORTED when cuBLASLt has no algorithm for it.

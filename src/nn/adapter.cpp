@@ -71,7 +71,9 @@ int64_t update_fp8_scales(torch::nn::Module& model, int64_t margin,
     reduce_max(all);
     for (size_t i = 0; i < layers.size(); ++i) current[i].copy_(all[int64_t(i)]);
   }
-  for (const auto* f : layers) ops::fp8_update_scales(f->scaling(), margin);
+  std::vector<ops::Fp8Scaling> all;
+  for (const auto* f : layers) all.push_back(f->scaling());
+  ops::fp8_update_scales(all, margin);
   return int64_t(layers.size());
 }
 

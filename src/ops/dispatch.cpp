@@ -32,6 +32,7 @@ constexpr Switch kSwitches[] = {
     {Kernel::kSwiGLU, "swiglu", true},
     {Kernel::kRotary, "rotary", true},
     {Kernel::kNF4, "nf4", true},
+    {Kernel::kFp8, "fp8", true},
 };
 constexpr size_t kCount = sizeof kSwitches / sizeof kSwitches[0];
 static_assert(

@@ -5,7 +5,12 @@
 
 #include <cmath>
 
+#include "llmtrain/config.h"  // LLMTRAIN_WITH_CUDA
 #include "llmtrain/core/error.h"
+#include "llmtrain/ops/dispatch.h"
+#if LLMTRAIN_WITH_CUDA
+#include "fp8_cuda.h"
+#endif
 
 namespace llmtrain::ops {
 namespace {
@@ -95,24 +100,38 @@ at::Tensor fp8_linear(const at::Tensor& x, const at::Tensor& weight, const at::T
                  "fp8_linear: x, weight and bias must be of one floating dtype, got ", x.scalar_type(), ", ",
                  weight.scalar_type(), (bias.defined() ? ", " : ""),
                  (bias.defined() ? c10::toString(bias.scalar_type()) : ""));
-  const at::Tensor b = bias.defined() ? bias : at::empty({0}, x.options());
   // Recorded in training's passes, not in evaluation's or sampling's (grad mode off; inside apply it is
   // always off).
-  return Fp8LinearFn::apply(x, weight, b, s.amax_history, s.scale, at::GradMode::is_enabled());
+  const bool record = at::GradMode::is_enabled();
+#if LLMTRAIN_WITH_CUDA
+  if (cuda_kernel_enabled(Kernel::kFp8) && cuda::fp8_supported(x, weight, bias, s))
+    return cuda::fp8_linear(x, weight, bias, s, record);
+#endif
+  const at::Tensor b = bias.defined() ? bias : at::empty({0}, x.options());
+  return Fp8LinearFn::apply(x, weight, b, s.amax_history, s.scale, record);
 }
 
-void fp8_update_scales(const Fp8Scaling& s, int64_t margin) {
-  check_scaling(s, "fp8_update_scales");
-  LLMTRAIN_CHECK(margin >= 0, "fp8 margin must be >= 0, got ", margin);
+void fp8_update_scales(const Fp8Scaling& s, int64_t margin) { fp8_update_scales(std::vector<Fp8Scaling>{s}, margin); }
+
+void fp8_update_scales(const std::vector<Fp8Scaling>& layers, int64_t margin) {
+  for (const Fp8Scaling& s : layers) check_scaling(s, "fp8_update_scales");
+  LLMTRAIN_CHECK(margin >= 0 && margin <= 64, "fp8 margin must be in [0, 64], got ", margin);
   at::NoGradGuard no_grad;
-  const at::Tensor amax = s.amax_history.amax(1);
-  // Filled on the scale's device (at::tensor from host values would copy over the bus each layer, each step).
-  const at::Tensor max = at::full({3}, kE4M3Max, s.scale.options());
-  max.narrow(0, 2, 1).fill_(kE5M2Max);
-  const at::Tensor next = max / amax / std::ldexp(1.0, int(margin));
-  s.scale.copy_(at::where((amax > 0) & at::isfinite(next), next, s.scale));
-  s.amax_history.copy_(s.amax_history.roll(1, 1));
-  s.amax_history.select(1, 0).zero_();
+#if LLMTRAIN_WITH_CUDA
+  if (cuda_kernel_enabled(Kernel::kFp8) && cuda::fp8_update_supported(layers))
+    return cuda::fp8_update_scales(layers, margin);
+#endif
+  for (const Fp8Scaling& s : layers) {
+    const at::Tensor amax = s.amax_history.amax(1);
+    // Filled on the scale's device (at::tensor from host values would copy over the bus each layer, each
+    // step).
+    const at::Tensor max = at::full({3}, kE4M3Max, s.scale.options());
+    max.narrow(0, 2, 1).fill_(kE5M2Max);
+    const at::Tensor next = max / amax / std::ldexp(1.0, int(margin));
+    s.scale.copy_(at::where((amax > 0) & at::isfinite(next), next, s.scale));
+    s.amax_history.copy_(s.amax_history.roll(1, 1));
+    s.amax_history.select(1, 0).zero_();
+  }
 }
 
 }  // namespace llmtrain::ops

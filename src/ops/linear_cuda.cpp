@@ -19,6 +19,15 @@
 
 namespace llmtrain::ops::cuda {
 
+bool lt_launch(const kernels::MatmulArgs& args) {
+  const cublasStatus_t status =
+      kernels::launch_matmul(at::cuda::getCurrentCUDABlasLtHandle(), args, at::cuda::getCUDABlasLtWorkspace(),
+                             at::cuda::getCUDABlasLtWorkspaceSize(), at::cuda::getCurrentCUDAStream());
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
+  LLMTRAIN_CUBLAS_CHECK(status);
+  return true;
+}
+
 bool lt_matmul(int64_t m, int64_t n, int64_t k, const at::Tensor& a, int64_t lda, bool trans_a, const at::Tensor& b,
                int64_t ldb, bool trans_b, at::Tensor& d, kernels::Epilogue epilogue, const at::Tensor& bias,
                const at::Tensor& aux) {
@@ -38,12 +47,7 @@ bool lt_matmul(int64_t m, int64_t n, int64_t k, const at::Tensor& a, int64_t lda
   x.epilogue = epilogue;
   x.bias = bias.defined() ? bias.data_ptr() : nullptr;
   x.aux = aux.defined() ? aux.data_ptr() : nullptr;
-  const cublasStatus_t status =
-      kernels::launch_matmul(at::cuda::getCurrentCUDABlasLtHandle(), x, at::cuda::getCUDABlasLtWorkspace(),
-                             at::cuda::getCUDABlasLtWorkspaceSize(), at::cuda::getCurrentCUDAStream());
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
-  LLMTRAIN_CUBLAS_CHECK(status);
-  return true;
+  return lt_launch(x);
 }
 
 void linear_weight_grads(const at::Tensor& x, const at::Tensor& dy, at::Tensor& dw, at::Tensor* db) {

@@ -2,15 +2,18 @@
 // exponent bits of bias 7, 3 mantissa bits, no infinities, 448 the largest; e5m2 with bias 15, 2
 // mantissa bits, 57344 the largest finite), enumerated from their bits here and rounded to nearest even
 // by a search of the test's own; the linear layer as the float64 product of those codes, forward and
-// backward, its amax bookkeeping, and the delayed scales' update.
+// backward, its amax bookkeeping, and the delayed scales' update; on a GPU, the CUDA path (fp8 casts and
+// cuBLASLt's fp8 products) against the reference path.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 #include <vector>
 
 #include "llmtrain/core/error.h"
+#include "llmtrain/ops/dispatch.h"
 #include "llmtrain/ops/fp8.h"
 #include "test_util.h"
 
@@ -167,6 +170,86 @@ TEST(OpsFp8, ScalesFollowTheAmaxHistory) {
   EXPECT_TRUE(torch::equal(s.scale, before));
 }
 
+// The same codes on both paths: the same amaxes to the bit, and products that differ only in the order
+// of their float32 sums (and the forward's faster accumulation) before the output's rounding to bf16.
+// Shapes off the cast's 64-wide tiles; inputs that saturate; a row count that cuBLASLt's fp8 products
+// do not take (not a multiple of 16) goes to the reference path.
+TEST(OpsFp8, CudaPathComputesTheReferenceProducts_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  torch::manual_seed(5);
+  const auto opt = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
+  for (const auto& [rows, in, out] :
+       {std::tuple<int64_t, int64_t, int64_t>{128, 64, 96}, {48, 80, 144}, {16 * 37, 272, 48}, {10, 64, 32}}) {
+    SCOPED_TRACE(std::to_string(rows) + " x " + std::to_string(in) + " -> " + std::to_string(out));
+    const auto x0 = torch::randn({2, rows / 2, in}, opt) * 2, w0 = torch::randn({out, in}, opt) * 0.1,
+               b0 = torch::randn({out}, opt), dy = torch::randn({2, rows / 2, out}, opt) * 1e-3;
+    struct Result {
+      torch::Tensor y, dx, dw, db, history, scale;
+    };
+    const auto run = [&](bool kernels) {
+      ops::set_cuda_kernel_enabled(ops::Kernel::kFp8, kernels);
+      auto s = ops::fp8_scaling(2, torch::kCUDA);
+      s.scale.copy_(torch::tensor({128.f, 2048.f, 4e6f}));  // x saturates above 3.5
+      const auto x = x0.clone().requires_grad_(), w = w0.clone().requires_grad_(), b = b0.clone().requires_grad_();
+      const auto y = ops::fp8_linear(x, w, b, s);
+      y.backward(dy);
+      ops::fp8_update_scales(s, 0);
+      return Result{y.detach(), x.grad(), w.grad(), b.grad(), s.amax_history.clone(), s.scale.clone()};
+    };
+    const Result ref = run(false), got = run(true);
+    ops::set_cuda_kernel_enabled(ops::Kernel::kFp8, true);
+    EXPECT_EQ(got.y.scalar_type(), torch::kBFloat16);
+    EXPECT_EQ(got.y.sizes(), ref.y.sizes());
+    EXPECT_EQ(got.dx.sizes(), ref.dx.sizes());
+    const auto near = [](const torch::Tensor& a, const torch::Tensor& b) {
+      return llmtrain::testing::max_abs_diff(a.to(torch::kFloat), b.to(torch::kFloat)) <=
+             1e-2 * b.abs().max().item<double>();
+    };
+    EXPECT_TRUE(near(got.y, ref.y));
+    EXPECT_TRUE(near(got.dx, ref.dx));
+    EXPECT_TRUE(near(got.dw, ref.dw));
+    EXPECT_TRUE(near(got.db, ref.db));
+    EXPECT_TRUE(torch::equal(got.history, ref.history)) << got.history << ref.history;
+    EXPECT_TRUE(torch::equal(got.scale, ref.scale)) << got.scale << ref.scale;
+    if (rows % 16 != 0) {
+      EXPECT_TRUE(torch::equal(got.y, ref.y)) << "not the reference path";
+    }
+  }
+  // Without grad mode (evaluation, sampling) no amax is recorded.
+  torch::NoGradGuard no_grad;
+  auto s = ops::fp8_scaling(2, torch::kCUDA);
+  ops::fp8_linear(torch::randn({32, 64}, opt), torch::randn({32, 64}, opt), {}, s);
+  EXPECT_EQ(s.amax_history.abs().sum().item<float>(), 0.f);
+}
+
+// One launch moves every layer on as the reference does, layer by layer: zero and NaN amaxes keep their
+// scales, a tiny one whose scale would overflow too, and the history shifts.
+TEST(OpsFp8, CudaScaleUpdateIsTheReferences_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  torch::manual_seed(6);
+  std::vector<ops::Fp8Scaling> kernel, reference;
+  for (int i = 0; i < 70; ++i) {
+    auto s = ops::fp8_scaling(5, torch::kCUDA);
+    s.amax_history.copy_(torch::rand({3, 5}) * std::pow(10.0, i % 7 - 3));
+    s.scale.copy_(torch::rand({3}) + 0.5);
+    if (i % 5 == 1) s.amax_history[1].zero_();
+    if (i % 5 == 2) s.amax_history[2].fill_(0)[3] = 1e-40f;
+    if (i % 5 == 3) s.amax_history[0][2] = std::nanf("");
+    kernel.push_back(s);
+    reference.push_back({s.amax_history.clone(), s.scale.clone()});
+  }
+  for (int step = 0; step < 3; ++step) {
+    ops::fp8_update_scales(kernel, 1);
+    ops::set_cuda_kernel_enabled(ops::Kernel::kFp8, false);
+    ops::fp8_update_scales(reference, 1);
+    ops::set_cuda_kernel_enabled(ops::Kernel::kFp8, true);
+  }
+  for (size_t i = 0; i < kernel.size(); ++i) {
+    EXPECT_TRUE(torch::equal(kernel[i].scale, reference[i].scale)) << i << kernel[i].scale << reference[i].scale;
+    EXPECT_TRUE(torch::allclose(kernel[i].amax_history, reference[i].amax_history, 0, 0, /*equal_nan=*/true)) << i;
+  }
+}
+
 TEST(OpsFp8, BadInputIsNamed) {
   auto s = ops::fp8_scaling(2, torch::kCPU);
   const auto x = torch::randn({3, 8});
@@ -191,7 +274,7 @@ TEST(OpsFp8, BadInputIsNamed) {
       },
       {"amax history (3, H >= 1)"});
   llmtrain::testing::expect_error([&] { ops::fp8_scaling(0, torch::kCPU); }, {"at least one step"});
-  llmtrain::testing::expect_error([&] { ops::fp8_update_scales(s, -1); }, {"margin must be >= 0"});
+  llmtrain::testing::expect_error([&] { ops::fp8_update_scales(s, -1); }, {"margin must be in [0, 64]"});
   llmtrain::testing::expect_error([&] { ops::fp8_codes(x, torch::ones({1}), at::kHalf); }, {"e4m3fn or e5m2"});
 }
 

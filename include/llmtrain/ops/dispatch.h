@@ -25,6 +25,7 @@ enum class Kernel {
   kSwiGLU,
   kRotary,
   kNF4,
+  kFp8,
 };
 
 /// Turns the CUDA kernels of every op on or off for the whole process (thread-safe; takes effect at
@@ -46,7 +47,7 @@ bool cuda_kernel_enabled(const std::string& op);
 void set_cuda_kernel_enabled(Kernel op, bool enabled);
 bool cuda_kernel_enabled(Kernel op);
 /// The names of the ops with a CUDA path, in Kernel's order: embedding, layer_norm, gelu, linear, mlp,
-/// gemv, cross_entropy, adamw, decode_attention, rms_norm, swiglu, rotary, nf4.
+/// gemv, cross_entropy, adamw, decode_attention, rms_norm, swiglu, rotary, nf4, fp8.
 std::vector<std::string> cuda_kernel_names();
 
 }  // namespace llmtrain::ops

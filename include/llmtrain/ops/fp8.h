@@ -10,6 +10,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace llmtrain::ops {
 
@@ -40,5 +41,7 @@ at::Tensor fp8_linear(const at::Tensor& x, const at::Tensor& weight, const at::T
 /// amax in the history, divided by 2^margin (unchanged where that amax is 0, or the scale would not be
 /// finite), then the history moves on one column and column 0 starts again from 0.
 void fp8_update_scales(const Fp8Scaling& s, int64_t margin);
+/// The same for many layers at once (on CUDA, one launch for all of them).
+void fp8_update_scales(const std::vector<Fp8Scaling>& layers, int64_t margin);
 
 }  // namespace llmtrain::ops
