@@ -147,6 +147,38 @@ int main(int argc, char** argv) {
         },
         iters));
   }
+  // fp8 products (train.fp8): the MLP's first layer at GPT-2 124M's and XL's widths, forward and
+  // backward with the casts, the amaxes and a bias, against llmtrain's bf16 layer (in the "ATen" column
+  // here). The scales come from one pass's amaxes, as after a first step.
+  std::vector<std::pair<std::string, double>> fp8_rows;
+  for (const auto& [C, H] : {std::pair<int64_t, int64_t>{768, 3072}, {1600, 6400}}) {
+    const int64_t N = 16 * 1024;
+    const auto bf16 = cuda.dtype(torch::kBFloat16);
+    const auto x = torch::randn({N, C}, bf16).requires_grad_(), dy = torch::randn({N, H}, bf16) * 1e-3;
+    const auto w = (0.03 * torch::randn({H, C}, bf16)).requires_grad_(), b = torch::randn({H}, bf16).requires_grad_();
+    const auto s = llmtrain::ops::fp8_scaling(16, torch::kCUDA);
+    llmtrain::ops::fp8_linear(x, w, b, s).backward(dy);
+    llmtrain::ops::fp8_update_scales(s, 0);
+    const auto clear = [&] {
+      for (const auto* t : {&x, &w, &b}) t->mutable_grad() = torch::Tensor();
+    };
+    const double fp8 = time_ms(
+        [&] {
+          clear();
+          llmtrain::ops::fp8_linear(x, w, b, s).backward(dy);
+        },
+        iters);
+    const double plain = time_ms(
+        [&] {
+          clear();
+          llmtrain::ops::linear(x, w, b).backward(dy);
+        },
+        iters);
+    const std::string shape = std::to_string(N) + "x" + std::to_string(C) + "->" + std::to_string(H);
+    results.push_back({"fp8 linear fwd+bwd " + shape + " vs bf16", fp8, plain, double(N) * (C + H) * 2 * 3});
+    fp8_rows.emplace_back("  fp8 TFLOP/s (" + shape + ")", 6.0 * N * C * H / (fp8 * 1e-3) / 1e12);
+    fp8_rows.emplace_back("  bf16 TFLOP/s (" + shape + ")", 6.0 * N * C * H / (plain * 1e-3) / 1e12);
+  }
   // GPT-2 124M's MLP (C=768, H=3072) on B=16, T=1024 tokens, bf16: two products with the bias, GELU,
   // GELU's gradient and the bias gradients in their epilogues, against ATen's linear, gelu and sums.
   // The figure here is TFLOP/s-bound, so the bandwidth column means little: see the speedup.
@@ -355,6 +387,10 @@ int main(int argc, char** argv) {
     std::printf("attention fwd+bwd, SDPA backend %-12s %10.3f ms %8.0f TFLOP/s\n", name.c_str(), ms,
                 attn_flops / (ms * 1e-3) / 1e12);
     out.push_back({{"kernel", "attention/" + name}, {"ms", ms}});
+  }
+  for (const auto& [name, value] : fp8_rows) {
+    std::printf("%-44s %10.1f\n", name.c_str(), value);
+    out.push_back({{"kernel", name}, {"value", value}});
   }
   for (const auto& [name, value] : nf4_rows) {
     std::printf("%-44s %10.3f\n", name.c_str(), value);
