@@ -9,7 +9,8 @@
 # BENCH_TRAIN_ARGS adds arguments to bench_train (e.g. "--without layer_norm --with mlp"). `dist` runs
 # bench_dist over DIST_RANKS ranks (default 2; NCCL is measured where there is a GPU for each). `seeds` runs the
 # reference once for each seed in CONVERGE_SEEDS (default "1337 1 2 3 4 5"), without checkpoints, and says
-# each one's last val loss: how far the seed alone moves it. `sanitize` runs every *_CUDA test under
+# each one's last val loss: how far the seed alone moves it; CONVERGE_SETS adds KEY=VALUE settings to those runs
+# (e.g. "train.fp8=true"). `sanitize` runs every *_CUDA test under
 # compute-sanitizer's memcheck, racecheck, synccheck and initcheck at once (llmtrain's kernels
 # checked; SANITIZE_TIMEOUT seconds each, default 420) and says what each reported. `flaky` runs the
 # layer-norm kernel test under load (FLAKY_JOBS copies at a time, FLAKY_REPEAT shuffled repeats each,
@@ -76,10 +77,12 @@ PY
       cp runs/sotu_gpt2_124m/metrics.jsonl "$log/converge_metrics.jsonl" 2>/dev/null ;;
     seeds)
       prepare
+      extra=()
+      for set in ${CONVERGE_SETS:-}; do extra+=(--set "$set"); done
       for seed in ${CONVERGE_SEEDS:-1337 1 2 3 4 5}; do
         rm -rf "runs/seed_$seed"
         timed "seed_$seed" build/bin/train --config examples/configs/sotu_gpt2_124m.json --set train.seed=$seed \
-          --set checkpoint.every=0 --set out_dir=runs/seed_$seed
+          --set checkpoint.every=0 --set out_dir=runs/seed_$seed "${extra[@]}"
         say "seed $seed: $(grep -E 'val loss' "$log/seed_$seed.log" | tail -1)"
       done ;;
     sanitize)
