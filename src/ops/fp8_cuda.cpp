@@ -73,9 +73,18 @@ void product(int64_t m, int64_t n, int64_t k, const at::Tensor& a, const at::Ten
   if (bias.defined()) {
     x.epilogue = kernels::Epilogue::kBias;
     x.bias = bias.data_ptr();
+    if (lt_launch(x)) return;
+    x.epilogue = kernels::Epilogue::kNone;  // no fp8 algorithm with the bias epilogue: the bias added after
+    x.bias = nullptr;
   }
-  LLMTRAIN_CHECK(lt_launch(x), "fp8_linear: cuBLASLt has no fp8 algorithm for (", m, " x ", k, ") by (", k, " x ", n,
-                 ") of ", a.scalar_type(), " and ", b.scalar_type());
+  bool done = lt_launch(x);
+  if (!done && fast) {
+    x.fast_accum = false;
+    done = lt_launch(x);
+  }
+  LLMTRAIN_CHECK(done, "fp8_linear: cuBLASLt has no fp8 algorithm for (", m, " x ", k, ") by (", k, " x ", n, ") of ",
+                 a.scalar_type(), " and ", b.scalar_type(), " into ", d.scalar_type());
+  if (bias.defined()) d.add_(bias);
 }
 
 struct Fp8LinearCudaFn : torch::autograd::Function<Fp8LinearCudaFn> {
