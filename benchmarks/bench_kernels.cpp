@@ -151,6 +151,7 @@ int main(int argc, char** argv) {
   // backward with the casts, the amaxes and a bias, against llmtrain's bf16 layer (in the "ATen" column
   // here). The scales come from one pass's amaxes, as after a first step.
   std::vector<std::pair<std::string, double>> fp8_rows;
+  llmtrain::ops::set_cuda_kernel_enabled("fp8", true);  // off at start
   for (const auto& [C, H] : {std::pair<int64_t, int64_t>{768, 3072}, {1600, 6400}}) {
     const int64_t N = 16 * 1024;
     const auto bf16 = cuda.dtype(torch::kBFloat16);

@@ -57,7 +57,7 @@ inline Row run(const Variant& v, const llmtrain::nn::ModelSpec& spec, int64_t B,
   llmtrain::ops::set_cuda_kernels_enabled(v.kernels);
   for (const auto& op : llmtrain::ops::cuda_kernel_names()) {
     const bool on = std::find(default_ops().begin(), default_ops().end(), op) != default_ops().end();
-    llmtrain::ops::set_cuda_kernel_enabled(op, (on && op != v.without) || op == v.with);
+    llmtrain::ops::set_cuda_kernel_enabled(op, (on && op != v.without) || op == v.with || (v.fp8 && op == "fp8"));
   }
   torch::manual_seed(1337);
   const auto model = llmtrain::nn::make_model(spec);

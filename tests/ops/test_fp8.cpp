@@ -197,7 +197,6 @@ TEST(OpsFp8, CudaPathComputesTheReferenceProducts_CUDA) {
       return Result{y.detach(), x.grad(), w.grad(), b.grad(), s.amax_history.clone(), s.scale.clone()};
     };
     const Result ref = run(false), got = run(true);
-    ops::set_cuda_kernel_enabled(ops::Kernel::kFp8, true);
     EXPECT_EQ(got.y.scalar_type(), torch::kBFloat16);
     EXPECT_EQ(got.y.sizes(), ref.y.sizes());
     EXPECT_EQ(got.dx.sizes(), ref.dx.sizes());
@@ -220,6 +219,7 @@ TEST(OpsFp8, CudaPathComputesTheReferenceProducts_CUDA) {
   auto s = ops::fp8_scaling(2, torch::kCUDA);
   ops::fp8_linear(torch::randn({32, 64}, opt), torch::randn({32, 64}, opt), {}, s);
   EXPECT_EQ(s.amax_history.abs().sum().item<float>(), 0.f);
+  ops::set_cuda_kernel_enabled(ops::Kernel::kFp8, false);  // as at start
 }
 
 // One launch moves every layer on as the reference does, layer by layer: zero and NaN amaxes keep their
@@ -239,10 +239,10 @@ TEST(OpsFp8, CudaScaleUpdateIsTheReferences_CUDA) {
     reference.push_back({s.amax_history.clone(), s.scale.clone()});
   }
   for (int step = 0; step < 3; ++step) {
+    ops::set_cuda_kernel_enabled(ops::Kernel::kFp8, true);
     ops::fp8_update_scales(kernel, 1);
     ops::set_cuda_kernel_enabled(ops::Kernel::kFp8, false);
     ops::fp8_update_scales(reference, 1);
-    ops::set_cuda_kernel_enabled(ops::Kernel::kFp8, true);
   }
   for (size_t i = 0; i < kernel.size(); ++i) {
     EXPECT_TRUE(torch::equal(kernel[i].scale, reference[i].scale)) << i << kernel[i].scale << reference[i].scale;

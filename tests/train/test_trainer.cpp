@@ -927,6 +927,7 @@ TEST(Trainer, QloraWithPagedEightBitMomentsOnTheGpu_CUDA) {
 // other sums), and a stop and resume gives the uninterrupted run's losses.
 TEST(Trainer, Fp8OnTheGpuFollowsTheReferencePathAndResumes_CUDA) {
   LLMTRAIN_SKIP_WITHOUT_CUDA();
+  llmtrain::ops::set_cuda_kernel_enabled("fp8", true);  // off at start
   for (const char* preset : {"tiny", "llama-tiny"}) {
     SCOPED_TRACE(preset);
     RunFolder run;
@@ -957,6 +958,7 @@ TEST(Trainer, Fp8OnTheGpuFollowsTheReferencePathAndResumes_CUDA) {
       for (size_t i = 0; i < rest.size(); ++i) EXPECT_EQ(rest[i], want[5 + i]) << "step " << 6 + i;
     }
   }
+  llmtrain::ops::set_cuda_kernel_enabled("fp8", false);
 }
 
 TEST(Trainer, StartsFromHuggingFaceAndConvertedCheckpoints) {
