@@ -880,6 +880,22 @@ TEST(Trainer, CudaGraphStepsEqualEagerSteps_CUDA) {
   }
 }
 
+// A run stopped after `stop_at` steps and resumed gives the uninterrupted run's losses `want` (GPU runs:
+// within 1e-3, and to the bit where two uninterrupted runs are equal bit for bit here).
+void expect_resume_follows(const RunFolder& run, const std::vector<std::string>& sets, const std::vector<double>& want,
+                           int64_t stop_at) {
+  const auto rest = resumed_losses(run, sets, stop_at);
+  ASSERT_EQ(rest.size(), want.size() - size_t(stop_at));
+  for (size_t i = 0; i < rest.size(); ++i)
+    EXPECT_NEAR(rest[i], want[stop_at + i], 1e-3 * std::abs(want[stop_at + i])) << i;
+  Trainer again(run.config("again", sets));
+  const bool bitwise = run_losses(again) == want;
+  std::printf("[   NOTE   ] two runs equal bit for bit: %s\n", bitwise ? "yes" : "no");
+  if (bitwise) {
+    for (size_t i = 0; i < rest.size(); ++i) EXPECT_EQ(rest[i], want[stop_at + i]) << "step " << stop_at + 1 + i;
+  }
+}
+
 // QLoRA on the GPU with the moments in 8 bits and paged into pinned host memory: the NF4 kernels in
 // the forward and backward (CUDA graphs on), the 8-bit update over the bus; the run learns, its moments
 // stay on the host, and a stop and resume gives the uninterrupted run's losses (to the bit where the
@@ -911,15 +927,7 @@ TEST(Trainer, QloraWithPagedEightBitMomentsOnTheGpu_CUDA) {
     paged_8bit += m.scalar_type() == torch::kByte;
   }
   EXPECT_GT(paged_8bit, 0);
-  const auto rest = resumed_losses(run, sets, 6);
-  ASSERT_EQ(rest.size(), 6u);
-  for (size_t i = 0; i < rest.size(); ++i) EXPECT_NEAR(rest[i], want[6 + i], 1e-3 * std::abs(want[6 + i])) << i;
-  Trainer again(run.config("again", sets));
-  const bool bitwise = run_losses(again) == want;
-  std::printf("[   NOTE   ] two runs equal bit for bit: %s\n", bitwise ? "yes" : "no");
-  if (bitwise) {
-    for (size_t i = 0; i < rest.size(); ++i) EXPECT_EQ(rest[i], want[6 + i]) << "step " << 7 + i;
-  }
+  expect_resume_follows(run, sets, want, 6);
 }
 
 // fp8 on the GPU (the casts and cuBLASLt's fp8 products, the scales moved on in one launch, CUDA graphs
@@ -950,13 +958,7 @@ TEST(Trainer, Fp8OnTheGpuFollowsTheReferencePathAndResumes_CUDA) {
     ASSERT_EQ(ref.size(), want.size());
     EXPECT_NE(ref, want) << "both runs took the reference path";
     for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(want[i], ref[i], 2e-2 * std::abs(ref[i])) << "step " << i + 1;
-    const auto rest = resumed_losses(run, sets, 5);
-    ASSERT_EQ(rest.size(), 5u);
-    for (size_t i = 0; i < rest.size(); ++i) EXPECT_NEAR(rest[i], want[5 + i], 1e-3 * std::abs(want[5 + i])) << i;
-    Trainer again(run.config("again", sets));
-    if (run_losses(again) == want) {  // reproducible here: then the resume must be too, to the bit
-      for (size_t i = 0; i < rest.size(); ++i) EXPECT_EQ(rest[i], want[5 + i]) << "step " << 6 + i;
-    }
+    expect_resume_follows(run, sets, want, 5);
   }
   llmtrain::ops::set_cuda_kernel_enabled("fp8", false);
 }
