@@ -114,7 +114,7 @@ int main(int argc, char** argv) {
         add(v);
       }
       if (fp8_row) {
-        Variant v{"llmtrain-fp8", true, Precision::kBF16Master, false, /*graph=*/true};
+        Variant v{"llmtrain-fp8", true, Precision::kBF16Master, false, /*graph=*/true, "", "fp8"};
         v.fp8 = true;
         add(v);
         v.name = "llmtrain-fp8-eager";
