@@ -83,7 +83,8 @@ void product(int64_t m, int64_t n, int64_t k, const at::Tensor& a, const at::Ten
     done = lt_launch(x);
   }
   LLMTRAIN_CHECK(done, "fp8_linear: cuBLASLt has no fp8 algorithm for (", m, " x ", k, ") by (", k, " x ", n, ") of ",
-                 a.scalar_type(), " and ", b.scalar_type(), " into ", d.scalar_type());
+                 a.scalar_type(), " and ", b.scalar_type(), " into ", d.scalar_type(), " with ",
+                 at::cuda::getCUDABlasLtWorkspaceSize(), " bytes of workspace");
   if (bias.defined()) d.add_(bias);
 }
 
