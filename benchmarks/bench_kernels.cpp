@@ -252,36 +252,53 @@ int main(int argc, char** argv) {
         iters));
   }
 
-  // Attention (not a kernel of llmtrain's): ATen's scaled-dot-product backends on GPT-2 124M's causal
-  // attention (B=16, H=12, T=1024, D=64, bf16, q/k/v views of one (B, T, 3C) tensor), forward and backward.
-  std::vector<std::pair<std::string, double>> attention;
+  // Attention: llmtrain's Hopper kernels (the "attention" switch) against ATen's scaled-dot-product backends,
+  // causal, bf16, q/k/v views of one (B, T, (H + 2 KV) D) tensor, forward alone and forward + backward: GPT-2
+  // 124M's heads (D = 64) and heads of 128.
+  struct AttentionRow {
+    std::string shape, path;
+    double fwd_ms, step_ms, flops;  // flops: of the forward
+  };
+  std::vector<AttentionRow> attention;
   {
-    const int64_t B = 16, H = 12, T = 1024, D = 64;
-    const auto qkv = torch::randn({B, T, 3, H, D}, cuda.dtype(torch::kBFloat16)).requires_grad_();
-    const auto dy = torch::randn({B, H, T, D}, cuda.dtype(torch::kBFloat16));
+    struct Shape {
+      const char* name;
+      int64_t B, H, KV, T, D;
+    };
     auto& ctx = at::globalContext();
     const bool flash = ctx.userEnabledFlashSDP(), eff = ctx.userEnabledMemEfficientSDP(),
                cudnn = ctx.userEnabledCuDNNSDP(), math = ctx.userEnabledMathSDP();
-    const std::pair<const char*, int> backends[] = {{"flash", 0}, {"cudnn", 1}, {"efficient", 2}};
-    for (const auto& [name, which] : backends) {
-      ctx.setSDPUseFlash(which == 0);
-      ctx.setSDPUseCuDNN(which == 1);
-      ctx.setSDPUseMemEfficient(which == 2);
-      ctx.setSDPUseMath(false);
-      try {
-        attention.emplace_back(name, time_ms(
-                                         [&] {
-                                           qkv.mutable_grad() = torch::Tensor();
-                                           const auto q = qkv.select(2, 0).transpose(1, 2),
-                                                      k = qkv.select(2, 1).transpose(1, 2),
-                                                      v = qkv.select(2, 2).transpose(1, 2);
-                                           llmtrain::ops::attention(q, k, v).backward(dy);
-                                         },
-                                         iters));
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "attention backend %s: %s\n", name, e.what());
+    const bool ours = llmtrain::ops::cuda_kernel_enabled("attention");
+    for (const Shape& sh :
+         {Shape{"B16 H12 T1024 D64", 16, 12, 12, 1024, 64}, Shape{"B8 H16 T1024 D128", 8, 16, 16, 1024, 128}}) {
+      const int64_t width = (sh.H + 2 * sh.KV) * sh.D;
+      const auto qkv = torch::randn({sh.B, sh.T, width}, cuda.dtype(torch::kBFloat16)).requires_grad_();
+      const auto dy = torch::randn({sh.B, sh.H, sh.T, sh.D}, cuda.dtype(torch::kBFloat16));
+      const auto run = [&](bool backward) {
+        qkv.mutable_grad() = torch::Tensor();
+        const auto heads = [&](int64_t at, int64_t n) {
+          return qkv.narrow(2, at * sh.D, n * sh.D).view({sh.B, sh.T, n, sh.D}).transpose(1, 2);
+        };
+        const auto y = llmtrain::ops::attention(heads(0, sh.H), heads(sh.H, sh.KV), heads(sh.H + sh.KV, sh.KV));
+        if (backward) y.backward(dy);
+      };
+      const std::pair<const char*, int> paths[] = {
+          {"llmtrain", -1}, {"sdpa-flash", 0}, {"sdpa-cudnn", 1}, {"sdpa-efficient", 2}};
+      for (const auto& [name, which] : paths) {
+        llmtrain::ops::set_cuda_kernel_enabled("attention", which < 0);
+        ctx.setSDPUseFlash(which == 0);
+        ctx.setSDPUseCuDNN(which == 1);
+        ctx.setSDPUseMemEfficient(which == 2);
+        ctx.setSDPUseMath(false);
+        try {
+          const double fwd = time_ms([&] { run(false); }, iters), step = time_ms([&] { run(true); }, iters);
+          attention.push_back({sh.name, name, fwd, step, 2.0 * sh.B * sh.H * sh.T * sh.T * sh.D});
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "attention %s %s: %s\n", sh.name, name, e.what());
+        }
       }
     }
+    llmtrain::ops::set_cuda_kernel_enabled("attention", ours);
     ctx.setSDPUseFlash(flash);
     ctx.setSDPUseMemEfficient(eff);
     ctx.setSDPUseCuDNN(cudnn);
@@ -382,12 +399,20 @@ int main(int argc, char** argv) {
                    {"gb_per_s", gbs},
                    {"speedup", r.aten_ms / r.fused_ms}});
   }
-  // Causal attention FLOPs: 4 B T^2 C / 2 forward, 2.5 times that backward.
-  const double attn_flops = 3.5 * 4.0 * 16 * 1024.0 * 1024.0 * 768 / 2;
-  for (const auto& [name, ms] : attention) {
-    std::printf("attention fwd+bwd, SDPA backend %-12s %10.3f ms %8.0f TFLOP/s\n", name.c_str(), ms,
-                attn_flops / (ms * 1e-3) / 1e12);
-    out.push_back({{"kernel", "attention/" + name}, {"ms", ms}});
+  // Causal attention: the forward's 2 B H T^2 D multiply-adds twice over, halved by the mask; backward 2.5x.
+  for (const AttentionRow& r : attention) {
+    const double cudnn_step = [&] {
+      for (const AttentionRow& o : attention)
+        if (o.shape == r.shape && o.path == "sdpa-cudnn") return o.step_ms;
+      return 0.0;
+    }();
+    std::printf("attention %-18s %-15s fwd %8.3f ms %5.0f TFLOP/s  fwd+bwd %8.3f ms %5.0f TFLOP/s  %5.2fx cuDNN\n",
+                r.shape.c_str(), r.path.c_str(), r.fwd_ms, r.flops / (r.fwd_ms * 1e-3) / 1e12, r.step_ms,
+                3.5 * r.flops / (r.step_ms * 1e-3) / 1e12, cudnn_step > 0 ? cudnn_step / r.step_ms : 0.0);
+    out.push_back({{"kernel", "attention/" + r.shape + "/" + r.path},
+                   {"fwd_ms", r.fwd_ms},
+                   {"ms", r.step_ms},
+                   {"vs_cudnn", cudnn_step > 0 ? cudnn_step / r.step_ms : 0.0}});
   }
   for (const auto& [name, value] : fp8_rows) {
     std::printf("%-44s %10.1f\n", name.c_str(), value);

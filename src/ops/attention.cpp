@@ -23,9 +23,15 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
                  "attention: k and v must be (", B, ", KV, ", T, ", ", q.size(3), ") with KV dividing q's ", H,
                  " heads, got k ", k.sizes(), " and v ", v.sizes());
   LLMTRAIN_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, "attention: dropout_p must be in [0, 1), got ", dropout_p);
-  if (!mask.defined())  // grouped heads: ATen's flash backend reads each key/value head for its group
+  if (!mask.defined()) {
+#if LLMTRAIN_WITH_CUDA
+    if (dropout_p == 0.0 && cuda_kernel_enabled(Kernel::kAttention) && cuda::flash_attention_supported(q, k, v))
+      return cuda::flash_attention(q, k, v);
+#endif
+    // grouped heads: ATen's flash backend reads each key/value head for its group
     return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout_p, /*is_causal=*/true,
                                             /*scale=*/std::nullopt, /*enable_gqa=*/KV != H);
+  }
   LLMTRAIN_CHECK(mask.dim() == 4 && mask.size(0) == B && mask.size(1) == 1 && mask.size(2) == T && mask.size(3) == T &&
                      mask.scalar_type() == at::kBool && mask.device() == q.device(),
                  "attention: mask must be (", B, ", 1, ", T, ", ", T, ") bool on ", q.device(), ", got ", mask.sizes(),

@@ -4,10 +4,19 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <torch/autograd.h>
 
+#include <ATen/core/grad_mode.h>
+
+#include <cmath>
+
 #include "attention_cuda.h"
 #include "kernels/decode_attention.cuh"
 #include "kernels/rotary.cuh"
+#include "llmtrain/config.h"
 #include "llmtrain/core/cuda_check.h"
+#include "llmtrain/core/error.h"
+#if LLMTRAIN_WITH_FLASH_ATTENTION
+#include "kernels/attention/flash.cuh"
+#endif
 
 namespace llmtrain::ops::cuda {
 
@@ -33,6 +42,92 @@ at::Tensor decode_attention(const at::Tensor& qkv, const at::Tensor& k_cache, co
       freq.defined() ? freq.data_ptr<float>() : nullptr, out.data_ptr(), at::cuda::getCurrentCUDAStream()));
   return out;
 }
+
+#if LLMTRAIN_WITH_FLASH_ATTENTION
+namespace {
+
+kernels::FlashTensor flash_tensor(const at::Tensor& t) { return {t.data_ptr(), t.stride(0), t.stride(1), t.stride(2)}; }
+
+kernels::FlashArgs flash_args(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  kernels::FlashArgs a;
+  a.q = flash_tensor(q);
+  a.k = flash_tensor(k);
+  a.v = flash_tensor(v);
+  a.batch = q.size(0);
+  a.heads = q.size(1);
+  a.kv_heads = k.size(1);
+  a.seqlen = q.size(2);
+  a.head_dim = q.size(3);
+  a.scale = float(1.0 / std::sqrt(double(a.head_dim)));
+  a.dtype = kernels::DType::kBFloat16;
+  return a;
+}
+
+// Forward on the kernel keeping q, k, v, o and the rows' log-sum-exp; backward on the kernel into float32
+// buffers, rounded to the inputs' dtype at the end.
+struct FlashAttentionFn : torch::autograd::Function<FlashAttentionFn> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
+                            const at::Tensor& v) {
+    const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+    at::Tensor out = at::empty({B, T, H, D}, q.options()).transpose(1, 2);
+    at::Tensor lse = at::empty({B, H, T}, q.options().dtype(at::kFloat));
+    kernels::FlashArgs a = flash_args(q, k, v);
+    a.o = out.data_ptr();
+    a.o_batch_stride = out.stride(0);
+    a.o_head_stride = out.stride(1);
+    a.o_row_stride = out.stride(2);
+    a.lse = lse.data_ptr<float>();
+    LLMTRAIN_CUDA_CHECK(kernels::launch_flash_forward(a, at::cuda::getCurrentCUDAStream()));
+    ctx->save_for_backward({q, k, v, out, lse});
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
+    at::Tensor dout = grads[0];
+    if (dout.stride(3) != 1 || !kernels::flash_fits(flash_tensor(dout)))
+      dout = dout.transpose(1, 2).contiguous().transpose(1, 2);  // (B, T, H, D) storage, as o's
+    const at::Tensor delta = (dout.to(at::kFloat) * out.to(at::kFloat)).sum(-1).contiguous();  // (B, H, T)
+    at::Tensor dq = at::zeros(q.sizes(), q.options().dtype(at::kFloat));
+    at::Tensor dk = at::zeros(k.sizes(), k.options().dtype(at::kFloat));
+    at::Tensor dv = at::zeros(v.sizes(), v.options().dtype(at::kFloat));
+    kernels::FlashBackwardArgs a;
+    a.forward = flash_args(q, k, v);
+    a.forward.lse = lse.data_ptr<float>();
+    a.dout = flash_tensor(dout);
+    a.delta = delta.data_ptr<float>();
+    a.dq = dq.data_ptr<float>();
+    a.dk = dk.data_ptr<float>();
+    a.dv = dv.data_ptr<float>();
+    LLMTRAIN_CUDA_CHECK(kernels::launch_flash_backward(a, at::cuda::getCurrentCUDAStream()));
+    return {dq.to(q.scalar_type()), dk.to(k.scalar_type()), dv.to(v.scalar_type())};
+  }
+};
+
+}  // namespace
+
+bool flash_attention_supported(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  if (!q.is_cuda() || q.scalar_type() != at::kBFloat16 || k.scalar_type() != at::kBFloat16 ||
+      v.scalar_type() != at::kBFloat16 || q.stride(3) != 1 || k.stride(3) != 1 || v.stride(3) != 1)
+    return false;
+  if (at::cuda::getCurrentDeviceProperties()->major != 9) return false;
+  kernels::FlashArgs a = flash_args(q, k, v);
+  a.o = q.data_ptr();  // the output is made to fit: only its alignment is asked here
+  return kernels::flash_fits(a);
+}
+
+at::Tensor flash_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  return FlashAttentionFn::apply(q, k, v);
+}
+#else
+bool flash_attention_supported(const at::Tensor&, const at::Tensor&, const at::Tensor&) { return false; }
+at::Tensor flash_attention(const at::Tensor&, const at::Tensor&, const at::Tensor&) {
+  LLMTRAIN_CHECK(false, "attention: this build has no flash-attention kernel (LLMTRAIN_FLASH_ATTENTION=OFF)");
+  return {};
+}
+#endif
 
 namespace {
 

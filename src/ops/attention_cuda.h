@@ -12,6 +12,13 @@ bool decode_attention_supported(const at::Tensor& qkv, const at::Tensor& k_cache
 at::Tensor decode_attention(const at::Tensor& qkv, const at::Tensor& k_cache, const at::Tensor& v_cache,
                             const at::Tensor& positions, int64_t window, const at::Tensor& inv_freq);
 
+/// True when the Hopper flash-attention kernel (kernels/attention) takes causal attention over these:
+/// CUDA bf16, head dim 64 or 128, D contiguous, 16-byte aligned, a GPU of compute capability 9.0.
+bool flash_attention_supported(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+/// ops::attention without a mask on the kernels (an autograd function): (B, H, T, D), stored (B, T, H, D)
+/// as ATen's flash backend stores it.
+at::Tensor flash_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+
 /// True when the rotary kernel takes x: a CUDA tensor of float32, bf16 or fp16 whose head size it fits
 /// (kernels::rotary_fits).
 bool rotary_supported(const at::Tensor& x);

@@ -8,6 +8,7 @@
 #include <map>
 #include <utility>
 
+#include "llmtrain/config.h"
 #include "llmtrain/ops/adamw.h"
 #include "llmtrain/ops/attention.h"
 #include "llmtrain/ops/cross_entropy.h"
@@ -18,6 +19,11 @@
 #include "llmtrain/ops/linear.h"
 #include "llmtrain/ops/mlp.h"
 #include "test_util.h"
+#if LLMTRAIN_WITH_FLASH_ATTENTION
+#include <ATen/cuda/CUDAContext.h>
+
+#include "../../kernels/attention/flash.cuh"
+#endif
 
 namespace ops = llmtrain::ops;
 namespace fs = llmtrain::fs;
@@ -668,6 +674,112 @@ TEST(OpsAttention, DocumentMaskedMatchesReference_CUDA) {
     }
   }
 }
+
+#if LLMTRAIN_WITH_FLASH_ATTENTION
+// The Hopper kernel itself (o and the rows' log-sum-exp) against float64 on the same bf16 inputs, on
+// q, k, v sliced from one fused projection as the models make them; then ops::attention through it.
+TEST(OpsAttention, FlashKernelMatchesReference_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  if (at::cuda::getCurrentDeviceProperties()->major != 9) GTEST_SKIP() << "the kernel is written for sm_90a";
+  torch::NoGradGuard no_grad;
+  struct Case {
+    int64_t B, H, KV, T, D;
+  };
+  for (const auto& c : std::vector<Case>{{1, 1, 1, 1, 64},
+                                         {2, 3, 3, 77, 64},
+                                         {1, 12, 12, 1024, 64},  // GPT-2's
+                                         {2, 2, 2, 129, 128},
+                                         {1, 4, 1, 300, 128},  // 4 query heads per key/value head
+                                         {2, 8, 1, 200, 64},   // 8
+                                         {1, 32, 8, 515, 64},  // Llama-3.2-1B's groups
+                                         {3, 4, 4, 1000, 128}}) {
+    SCOPED_TRACE(testing::Message() << "B " << c.B << " H " << c.H << " KV " << c.KV << " T " << c.T << " D " << c.D);
+    const int64_t width = (c.H + 2 * c.KV) * c.D;
+    const auto qkv = torch::randn({c.B, c.T, width}, torch::kDouble).to(torch::kCUDA, torch::kBFloat16);
+    const auto heads = [&](int64_t at, int64_t n) {
+      return qkv.narrow(2, at * c.D, n * c.D).view({c.B, c.T, n, c.D}).transpose(1, 2);  // (B, n, T, D) strided
+    };
+    const auto q = heads(0, c.H), k = heads(c.H, c.KV), v = heads(c.H + c.KV, c.KV);
+    // float64 reference: scores, causal mask, softmax, log-sum-exp.
+    const auto qd = q.to(torch::kCPU, torch::kDouble);
+    const auto kd = k.to(torch::kCPU, torch::kDouble).repeat_interleave(c.H / c.KV, 1);
+    const auto vd = v.to(torch::kCPU, torch::kDouble).repeat_interleave(c.H / c.KV, 1);
+    auto s = torch::matmul(qd, kd.transpose(2, 3)) / std::sqrt(double(c.D));
+    s.masked_fill_(torch::ones({c.T, c.T}, torch::kBool).triu(1), -INFINITY);
+    const auto want_lse = s.logsumexp(-1);
+    const auto want = torch::matmul((s - want_lse.unsqueeze(-1)).exp(), vd);
+
+    auto o = torch::empty({c.B, c.T, c.H, c.D}, qkv.options()).transpose(1, 2);
+    auto lse = torch::empty({c.B, c.H, c.T}, qkv.options().dtype(torch::kFloat));
+    llmtrain::kernels::FlashArgs a;
+    for (auto [arg, t] : {std::pair{&a.q, &q}, {&a.k, &k}, {&a.v, &v}})
+      *arg = {t->data_ptr(), t->stride(0), t->stride(1), t->stride(2)};
+    a.o = o.data_ptr();
+    a.o_batch_stride = o.stride(0);
+    a.o_head_stride = o.stride(1);
+    a.o_row_stride = o.stride(2);
+    a.lse = lse.data_ptr<float>();
+    a.batch = c.B;
+    a.heads = c.H;
+    a.kv_heads = c.KV;
+    a.seqlen = c.T;
+    a.head_dim = c.D;
+    a.scale = float(1.0 / std::sqrt(double(c.D)));
+    ASSERT_TRUE(llmtrain::kernels::flash_fits(a));
+    ASSERT_EQ(llmtrain::kernels::launch_flash_forward(a, at::cuda::getCurrentCUDAStream()), cudaSuccess);
+    expect_near(o, want, tolerance(torch::kBFloat16), "o");
+    expect_near(lse, want_lse, 1e-5, "lse");
+
+    // ops::attention takes the kernel when its switch is on: the same bits, and again on a second run.
+    ops::set_cuda_kernel_enabled("attention", true);
+    const auto y = ops::attention(q, k, v);
+    const auto again = ops::attention(q, k, v);
+    ops::set_cuda_kernel_enabled("attention", false);
+    EXPECT_TRUE(torch::equal(y, o)) << "ops::attention did not take the kernel";
+    EXPECT_TRUE(torch::equal(again, o));
+  }
+}
+
+// ops::attention on the kernels, forward and backward, against float64 autograd on the same bf16 inputs.
+TEST(OpsAttention, FlashGradientsMatchReference_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  if (at::cuda::getCurrentDeviceProperties()->major != 9) GTEST_SKIP() << "the kernel is written for sm_90a";
+  struct Case {
+    int64_t B, H, KV, T, D;
+  };
+  for (const auto& c : std::vector<Case>{{1, 1, 1, 1, 64},
+                                         {2, 3, 3, 77, 64},
+                                         {1, 12, 12, 1024, 64},
+                                         {2, 2, 2, 129, 128},
+                                         {1, 4, 1, 300, 128},
+                                         {2, 8, 1, 200, 64},
+                                         {1, 32, 8, 515, 64}}) {
+    SCOPED_TRACE(testing::Message() << "B " << c.B << " H " << c.H << " KV " << c.KV << " T " << c.T << " D " << c.D);
+    const int64_t width = (c.H + 2 * c.KV) * c.D;
+    const auto qkv0 = torch::randn({c.B, c.T, width}, torch::kDouble).to(torch::kBFloat16);
+    const auto r = torch::randn({c.B, c.H, c.T, c.D}, torch::kDouble).to(torch::kBFloat16);
+    const auto run = [&](const torch::Tensor& qkv_in, const torch::Tensor& weights) {
+      auto qkv = qkv_in.clone().requires_grad_();
+      const auto heads = [&](int64_t at, int64_t n) {
+        return qkv.narrow(2, at * c.D, n * c.D).view({c.B, c.T, n, c.D}).transpose(1, 2);
+      };
+      const auto y = ops::attention(heads(0, c.H), heads(c.H, c.KV), heads(c.H + c.KV, c.KV));
+      (y * weights).sum().backward();
+      return std::pair{y.detach(), qkv.grad()};
+    };
+    const auto [want_y, want_grad] = run(qkv0.to(torch::kDouble), r.to(torch::kDouble));
+    ops::set_cuda_kernel_enabled("attention", true);
+    const auto [y, grad] = run(qkv0.cuda(), r.cuda());
+    ops::set_cuda_kernel_enabled("attention", false);
+    expect_near(y, want_y, tolerance(torch::kBFloat16), "y");
+    const auto part = [&](const torch::Tensor& g, int64_t at, int64_t n) { return g.narrow(2, at * c.D, n * c.D); };
+    const auto tol = 2 * tolerance(torch::kBFloat16);
+    expect_near(part(grad, 0, c.H), part(want_grad, 0, c.H), tol, "dq");
+    expect_near(part(grad, c.H, c.KV), part(want_grad, c.H, c.KV), tol, "dk");
+    expect_near(part(grad, c.H + c.KV, c.KV), part(want_grad, c.H + c.KV, c.KV), tol, "dv");
+  }
+}
+#endif
 
 TEST(OpsDecodeAttention, KernelMatchesReference_CUDA) {
   LLMTRAIN_SKIP_WITHOUT_CUDA();

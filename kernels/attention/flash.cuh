@@ -1,0 +1,55 @@
+// Causal flash attention for Hopper (sm_90a), the training shapes' attention: softmax(q k^T / sqrt(D)) v
+// over a whole sequence, with the scores never leaving the chip. A block takes 128 queries of one head:
+// one producer warp loads the query tile once and streams key/value tiles (TMA, a two-stage pipeline of
+// transaction barriers) while two consumer warpgroups each multiply 64 of the queries with warpgroup
+// matrix instructions (scores from shared memory, then P V with P kept in registers) and keep an online
+// softmax. Key tiles past the diagonal are never loaded. Built with CuTe (CUTLASS's headers).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "../common/dtype.h"
+
+namespace llmtrain::kernels {
+
+/// One (B, heads, T, D) operand: its base pointer and strides in elements; D's stride is 1.
+struct FlashTensor {
+  const void* data = nullptr;
+  int64_t batch_stride = 0, head_stride = 0, row_stride = 0;
+};
+
+struct FlashArgs {
+  FlashTensor q, k, v;  // q: (B, H, T, D); k and v: (B, KV, T, D), KV dividing H (head h reads h / (H / KV))
+  void* o = nullptr;    // (B, H, T, D) at the strides below
+  int64_t o_batch_stride = 0, o_head_stride = 0, o_row_stride = 0;
+  float* lse = nullptr;  // (B, H, T) float32: each row's log-sum-exp of the scaled scores (for backward)
+  int64_t batch = 0, heads = 0, kv_heads = 0, seqlen = 0, head_dim = 0;
+  float scale = 0.f;  // of the scores, usually 1 / sqrt(D)
+  DType dtype = DType::kBFloat16;
+};
+
+/// True when launch_flash_forward takes these: bf16, head dim 64 or 128, pointers 16-byte aligned,
+/// strides multiples of 8 elements (the TMA's 16 bytes), sizes within int32.
+bool flash_fits(const FlashArgs& args);
+/// The same for a backward pass's dout (its pointer and strides), with q, k, v as flash_fits asks.
+bool flash_fits(const FlashTensor& dout);
+
+/// o and lse for causal attention (query t sees keys 0..t). Asynchronous on `stream`.
+cudaError_t launch_flash_forward(const FlashArgs& args, cudaStream_t stream);
+
+struct FlashBackwardArgs {
+  FlashArgs forward;             // q, k, v, lse (as the forward wrote it); o unused
+  FlashTensor dout;              // (B, H, T, D), D contiguous, as flash_fits asks of q
+  const float* delta = nullptr;  // (B, H, T): rowsum(dout o) in float32
+  float* dq = nullptr;           // (B, H, T, D) float32, zeroed: dq is added here
+  float* dk = nullptr;           // (B, KV, T, D) float32, zeroed: dk and dv are added here (a group's
+  float* dv = nullptr;           // query heads add to their key/value head's rows)
+};
+
+/// The gradients of launch_flash_forward's o with respect to q, k and v, given dout: added to the float32
+/// buffers (their order of addition is not fixed: the results are not bitwise reproducible).
+cudaError_t launch_flash_backward(const FlashBackwardArgs& args, cudaStream_t stream);
+
+}  // namespace llmtrain::kernels
