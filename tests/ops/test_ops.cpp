@@ -225,7 +225,7 @@ TEST(OpsNormLinear, IsTheSumItsNormAndTheLayerAndNamesBadInput) {
 }
 
 TEST(OpsDispatch, OneOpsKernelTurnsOffByName) {
-  EXPECT_FALSE(ops::cuda_kernel_enabled("mlp"));  // off at start: slower than ATen's products
+  EXPECT_FALSE(ops::cuda_kernel_enabled("mlp"));        // off at start: slower than ATen's products
   EXPECT_FALSE(ops::cuda_kernel_enabled("fp8"));        // off at start: not yet tested on a GPU
   EXPECT_FALSE(ops::cuda_kernel_enabled("attention"));  // the same
   ops::set_cuda_kernel_enabled("mlp", true);
