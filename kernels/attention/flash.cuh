@@ -43,13 +43,20 @@ struct FlashBackwardArgs {
   FlashArgs forward;             // q, k, v, lse (as the forward wrote it); o unused
   FlashTensor dout;              // (B, H, T, D), D contiguous, as flash_fits asks of q
   const float* delta = nullptr;  // (B, H, T): rowsum(dout o) in float32
-  float* dq = nullptr;           // (B, H, T, D) float32, zeroed: dq is added here
-  float* dk = nullptr;           // (B, KV, T, D) float32, zeroed: dk and dv are added here (a group's
-  float* dv = nullptr;           // query heads add to their key/value head's rows)
+  // dq, float32, zeroed: (B, H, T, D), added to in no fixed order; or, deterministic, (B, H, parts, T, D)
+  // with parts = flash_dq_parts(T): each block's share stored apart, for the caller to sum over parts.
+  float* dq = nullptr;
+  bool deterministic = false;
+  float* dk = nullptr;  // (B, H, T, D) float32, per query head (a group's heads are the caller's to sum)
+  float* dv = nullptr;
 };
 
-/// The gradients of launch_flash_forward's o with respect to q, k and v, given dout: added to the float32
-/// buffers (their order of addition is not fixed: the results are not bitwise reproducible).
+/// How many shares of dq a deterministic backward stores per (b, h): two per block of 128 keys.
+int64_t flash_dq_parts(int64_t seqlen);
+
+/// The gradients of launch_flash_forward's o with respect to q, k and v, given dout, into float32
+/// buffers (see FlashBackwardArgs): dk and dv are stored, bitwise reproducible; dq is reproducible only
+/// when deterministic.
 cudaError_t launch_flash_backward(const FlashBackwardArgs& args, cudaStream_t stream);
 
 }  // namespace llmtrain::kernels

@@ -4,8 +4,8 @@
 // recompute S^T = K Q^T and P^T from the forward's log-sum-exp, form dP^T = V dO^T and
 // dS^T = P^T (dP^T - rowsum(dO O)), and accumulate dV += P^T dO and dK += dS^T Q in registers (P^T and
 // dS^T as register operands). dQ += dS K goes through dS in shared memory, each warpgroup over its own
-// 64 keys, and is added to a float32 buffer; dK and dV are added to float32 buffers per key/value head at
-// the end (query heads of one group add to the same rows).
+// 64 keys, and is added to a float32 buffer (or, deterministic, each warpgroup's share is stored apart
+// for the caller to sum in a fixed order); dK and dV are stored per query head at the end.
 #include <cmath>
 
 #include "flash.cuh"
@@ -63,10 +63,11 @@ struct Bwd {
     Gmem q_layout, kv_layout;
     const float* lse;    // (B, H, T)
     const float* delta;  // (B, H, T): rowsum(dO O)
-    float* dq;           // (B, H, T, D) float32, added to
-    float* dk;           // (B, KV, T, D) float32, added to
+    float* dq;           // (B, H, T, D) float32, added to; or (B, H, dq_parts, T, D), stored
+    float* dk;           // (B, H, T, D) float32, stored
     float* dv;
-    int seqlen, heads, kv_heads, group;
+    int dq_parts;  // 0: dq added to with atomics
+    int seqlen, heads, group;
     float scale, scale_log2;
   };
 };
@@ -204,23 +205,31 @@ __global__ void __launch_bounds__(Bwd<kD>::kThreads, 1)
     wgmma<true, false>(mma_dq, tQrdS, tQrKt, tdQrdQ);
     pipe.consumer_release(state);
     ++state;
+    if (p.dq_parts == 0) {
 #pragma unroll
-    for (int i = 0; i < size(tdQrdQ); ++i) {
-      const int query = q0 + get<0>(tQcQ(i));
-      if (query < p.seqlen) atomicAdd(p.dq + (row_base + query) * kD + get<1>(tQcQ(i)), tdQrdQ(i) * p.scale);
+      for (int i = 0; i < size(tdQrdQ); ++i) {
+        const int query = q0 + get<0>(tQcQ(i));
+        if (query < p.seqlen) atomicAdd(p.dq + (row_base + query) * kD + get<1>(tQcQ(i)), tdQrdQ(i) * p.scale);
+      }
+    } else {  // this warpgroup's share of the block's rows, stored apart
+      float* part = p.dq + ((int64_t(b) * p.heads + h) * p.dq_parts + 2 * n_block + consumer) * p.seqlen * kD;
+#pragma unroll
+      for (int i = 0; i < size(tdQrdQ); ++i) {
+        const int query = q0 + get<0>(tQcQ(i));
+        if (query < p.seqlen) part[int64_t(query) * kD + get<1>(tQcQ(i))] = tdQrdQ(i) * p.scale;
+      }
     }
   }
 
-  // dK = scale dS^T Q (dV has no scale; dQ = scale dS K above), added to the key/value head's rows.
+  // dK = scale dS^T Q (dV has no scale; dQ = scale dS K above), this query head's, stored.
   Tensor tKVc = thr_dkv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kD>>{}));
-  const int64_t kv_base = (int64_t(b) * p.kv_heads + kv_head) * p.seqlen;
 #pragma unroll
   for (int i = 0; i < size(tdKrdK); ++i) {
     const int key = key0 + get<0>(tKVc(i));
     if (key >= p.seqlen) continue;
-    const int64_t at = (kv_base + key) * kD + get<1>(tKVc(i));
-    atomicAdd(p.dk + at, tdKrdK(i) * p.scale);
-    atomicAdd(p.dv + at, tdVrdV(i));
+    const int64_t at = (row_base + key) * kD + get<1>(tKVc(i));
+    p.dk[at] = tdKrdK(i) * p.scale;
+    p.dv[at] = tdVrdV(i);
   }
 }
 
@@ -243,9 +252,9 @@ cudaError_t launch(const FlashBackwardArgs& a, cudaStream_t stream) {
                        a.dq,
                        a.dk,
                        a.dv,
+                       a.deterministic ? int(flash_dq_parts(f.seqlen)) : 0,
                        int(f.seqlen),
                        int(f.heads),
-                       int(f.kv_heads),
                        int(f.heads / f.kv_heads),
                        f.scale,
                        f.scale * float(M_LOG2E)};
@@ -259,6 +268,8 @@ cudaError_t launch(const FlashBackwardArgs& a, cudaStream_t stream) {
 }
 
 }  // namespace
+
+int64_t flash_dq_parts(int64_t seqlen) { return 2 * ceil_div(seqlen, int64_t(Bwd<64>::kBlockN)); }
 
 cudaError_t launch_flash_backward(const FlashBackwardArgs& a, cudaStream_t stream) {
   const FlashArgs& f = a.forward;

@@ -3,7 +3,10 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include <cstdio>
+#include <mutex>
 #include <optional>
+#include <string>
 
 #include "llmtrain/config.h"
 #include "llmtrain/core/error.h"
@@ -25,8 +28,17 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   LLMTRAIN_CHECK(dropout_p >= 0.0 && dropout_p < 1.0, "attention: dropout_p must be in [0, 1), got ", dropout_p);
   if (!mask.defined()) {
 #if LLMTRAIN_WITH_CUDA
-    if (dropout_p == 0.0 && cuda_kernel_enabled(Kernel::kAttention) && cuda::flash_attention_supported(q, k, v))
-      return cuda::flash_attention(q, k, v);
+    if (q.is_cuda() && cuda_kernel_enabled(Kernel::kAttention)) {
+      if (dropout_p == 0.0 && cuda::flash_attention_supported(q, k, v)) return cuda::flash_attention(q, k, v);
+      static std::once_flag said;
+      std::call_once(said, [&] {
+        std::fprintf(stderr,
+                     "llmtrain: attention: the Hopper kernels take bf16 heads of 64 or 128 on a GPU of compute "
+                     "capability 9.0, D contiguous and 16-byte aligned, without dropout; %s heads of %lld (dropout "
+                     "%g) run on ATen's SDPA (said once)\n",
+                     std::string(c10::toString(q.scalar_type())).c_str(), static_cast<long long>(q.size(3)), dropout_p);
+      });
+    }
 #endif
     // grouped heads: ATen's flash backend reads each key/value head for its group
     return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout_p, /*is_causal=*/true,

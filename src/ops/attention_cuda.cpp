@@ -89,20 +89,29 @@ struct FlashAttentionFn : torch::autograd::Function<FlashAttentionFn> {
     at::Tensor dout = grads[0];
     if (dout.stride(3) != 1 || !kernels::flash_fits(flash_tensor(dout)))
       dout = dout.transpose(1, 2).contiguous().transpose(1, 2);  // (B, T, H, D) storage, as o's
+    const int64_t B = q.size(0), H = q.size(1), KV = k.size(1), T = q.size(2), D = q.size(3);
     const at::Tensor delta = (dout.to(at::kFloat) * out.to(at::kFloat)).sum(-1).contiguous();  // (B, H, T)
-    at::Tensor dq = at::zeros(q.sizes(), q.options().dtype(at::kFloat));
-    at::Tensor dk = at::zeros(k.sizes(), k.options().dtype(at::kFloat));
-    at::Tensor dv = at::zeros(v.sizes(), v.options().dtype(at::kFloat));
+    // Under at::globalContext().deterministicAlgorithms(), dq's shares are stored apart and summed here in
+    // a fixed order (memory: one dq per 64 keys) instead of added with atomics.
+    const bool deterministic = at::globalContext().deterministicAlgorithms();
+    const auto f32 = q.options().dtype(at::kFloat);
+    at::Tensor dq =
+        deterministic ? at::zeros({B, H, kernels::flash_dq_parts(T), T, D}, f32) : at::zeros({B, H, T, D}, f32);
+    at::Tensor dk = at::empty({B, H, T, D}, f32), dv = at::empty({B, H, T, D}, f32);  // every row stored
     kernels::FlashBackwardArgs a;
     a.forward = flash_args(q, k, v);
     a.forward.lse = lse.data_ptr<float>();
     a.dout = flash_tensor(dout);
     a.delta = delta.data_ptr<float>();
     a.dq = dq.data_ptr<float>();
+    a.deterministic = deterministic;
     a.dk = dk.data_ptr<float>();
     a.dv = dv.data_ptr<float>();
     LLMTRAIN_CUDA_CHECK(kernels::launch_flash_backward(a, at::cuda::getCurrentCUDAStream()));
-    return {dq.to(q.scalar_type()), dk.to(k.scalar_type()), dv.to(v.scalar_type())};
+    if (deterministic) dq = dq.sum(2);
+    // A key/value head's gradient is the sum over the query heads of its group.
+    const auto grouped = [&](const at::Tensor& g) { return KV == H ? g : g.view({B, KV, H / KV, T, D}).sum(2); };
+    return {dq.to(q.scalar_type()), grouped(dk).to(k.scalar_type()), grouped(dv).to(v.scalar_type())};
   }
 };
 

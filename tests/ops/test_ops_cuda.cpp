@@ -770,7 +770,14 @@ TEST(OpsAttention, FlashGradientsMatchReference_CUDA) {
     const auto [want_y, want_grad] = run(qkv0.to(torch::kDouble), r.to(torch::kDouble));
     ops::set_cuda_kernel_enabled("attention", true);
     const auto [y, grad] = run(qkv0.cuda(), r.cuda());
+    // Deterministic (ATen's switch): the same gradients within the tolerance, and bit for bit twice.
+    at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+    const auto [y1, grad1] = run(qkv0.cuda(), r.cuda());
+    const auto [y2, grad2] = run(qkv0.cuda(), r.cuda());
+    at::globalContext().setDeterministicAlgorithms(false, false);
     ops::set_cuda_kernel_enabled("attention", false);
+    EXPECT_TRUE(torch::equal(y1, y2) && torch::equal(grad1, grad2)) << "deterministic backward differs between runs";
+    expect_near(grad1, want_grad, 2 * tolerance(torch::kBFloat16), "deterministic grad");
     expect_near(y, want_y, tolerance(torch::kBFloat16), "y");
     const auto part = [&](const torch::Tensor& g, int64_t at, int64_t n) { return g.narrow(2, at * c.D, n * c.D); };
     const auto tol = 2 * tolerance(torch::kBFloat16);
