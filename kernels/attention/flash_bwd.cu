@@ -28,9 +28,11 @@ struct Bwd {
                                                    GMMA::Major::K, GMMA::Major::MN>(),
                               AlongKeys{}));
   // dQ (queries x D) = dS (queries x keys) K: each warpgroup over its own 64 keys (the dS rows it wrote),
-  // so that neither waits for the other; both add their part.
+  // so that neither waits for the other; both add their part. kDQ columns a product: at D = 128 two
+  // products of 64, so that the consumers' registers hold dV, dK and dQ at once.
+  static constexpr int kDQ = kD > 64 ? 64 : kD;
   using MmaDQ = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kD>, _64>, GMMA::Major::MN, GMMA::Major::MN>()));
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kDQ>, _64>, GMMA::Major::MN, GMMA::Major::MN>()));
   using Atom = GMMA::Layout_K_SW128_Atom<Element>;
   using SmemKV = decltype(tile_to_shape(Atom{}, Shape<Int<kBlockN>, Int<kD>, _1>{}));
   using SmemKt = Transposed<SmemKV, kBlockN, kD, 1>;  // (D, keys): dQ's B operand
@@ -159,14 +161,13 @@ __global__ void __launch_bounds__(Bwd<kD>::kThreads, 1)
   Tensor tKVrdOt = thr_dkv.partition_fragment_B(sdOt);  // (MMA, 1, queries / 16, stage)
   Tensor tKVrQt = thr_dkv.partition_fragment_B(sQt);
   Tensor tQrdS = thr_dq.partition_fragment_A(local_tile(sdS, Shape<_64, _64>{}, make_coord(0, consumer)));
-  Tensor tQrKt = thr_dq.partition_fragment_B(local_tile(sKt(_, _, 0), Shape<Int<kD>, _64>{}, make_coord(0, consumer)));
   Tensor tdVrdV = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kD>>{});
   Tensor tdKrdK = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kD>>{});
   clear(tdVrdV);
   clear(tdKrdK);
   // Coordinates (key, query) of this thread's score entries, and (query, d) of its dQ entries.
   Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));
-  Tensor tQcQ = thr_dq.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kD>>{}));
+  Tensor tQcQ = thr_dq.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<F::kDQ>>{}));
   const int key0 = n_block * kBlockN;
   const int64_t row_base = (int64_t(b) * p.heads + h) * p.seqlen;  // (b, h, 0) of lse, delta and dq
 
@@ -194,6 +195,8 @@ __global__ void __launch_bounds__(Bwd<kD>::kThreads, 1)
     Tensor tdKrdS = to_operand_a<kBlockM>(tSrdP);
     wgmma<false, true>(mma_dkv, tdVrP, tKVrdOt(_, _, _, state.index()), tdVrdV);
     wgmma<false, true>(mma_dkv, tdKrdS, tKVrQt(_, _, _, state.index()), tdKrdK);
+    pipe.consumer_release(state);  // q and dO read for the last time
+    ++state;
 
     // This warpgroup's dS^T rows into shared memory once its last dQ product is done with them, then dQ.
     cutlass::arch::NamedBarrier::sync(128, 1 + consumer);
@@ -201,22 +204,23 @@ __global__ void __launch_bounds__(Bwd<kD>::kThreads, 1)
     for (int i = 0; i < size(tSrdP); ++i) sdSt(get<0>(tScS(i)), get<1>(tScS(i))) = Element(tSrdP(i));
     cutlass::arch::fence_view_async_shared();
     cutlass::arch::NamedBarrier::sync(128, 1 + consumer);
-    Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kD>>{});
-    wgmma<true, false>(mma_dq, tQrdS, tQrKt, tdQrdQ);
-    pipe.consumer_release(state);
-    ++state;
-    if (p.dq_parts == 0) {
+#pragma unroll
+    for (int slice = 0; slice < kD / F::kDQ; ++slice) {
+      Tensor tQrKt =
+          thr_dq.partition_fragment_B(local_tile(sKt(_, _, 0), Shape<Int<F::kDQ>, _64>{}, make_coord(slice, consumer)));
+      Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<F::kDQ>>{});
+      wgmma<true, false>(mma_dq, tQrdS, tQrKt, tdQrdQ);
+      // Added with atomics, or this warpgroup's share of the block's rows stored apart.
+      float* dq = p.dq_parts == 0
+                      ? p.dq + row_base * kD
+                      : p.dq + ((int64_t(b) * p.heads + h) * p.dq_parts + 2 * n_block + consumer) * p.seqlen * kD;
 #pragma unroll
       for (int i = 0; i < size(tdQrdQ); ++i) {
         const int query = q0 + get<0>(tQcQ(i));
-        if (query < p.seqlen) atomicAdd(p.dq + (row_base + query) * kD + get<1>(tQcQ(i)), tdQrdQ(i) * p.scale);
-      }
-    } else {  // this warpgroup's share of the block's rows, stored apart
-      float* part = p.dq + ((int64_t(b) * p.heads + h) * p.dq_parts + 2 * n_block + consumer) * p.seqlen * kD;
-#pragma unroll
-      for (int i = 0; i < size(tdQrdQ); ++i) {
-        const int query = q0 + get<0>(tQcQ(i));
-        if (query < p.seqlen) part[int64_t(query) * kD + get<1>(tQcQ(i))] = tdQrdQ(i) * p.scale;
+        if (query >= p.seqlen) continue;
+        float* at = dq + int64_t(query) * kD + slice * F::kDQ + get<1>(tQcQ(i));
+        if (p.dq_parts == 0) atomicAdd(at, tdQrdQ(i) * p.scale);
+        else *at = tdQrdQ(i) * p.scale;
       }
     }
   }
