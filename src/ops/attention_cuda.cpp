@@ -4,8 +4,6 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <torch/autograd.h>
 
-#include <ATen/core/grad_mode.h>
-
 #include <cmath>
 
 #include "attention_cuda.h"
@@ -118,8 +116,9 @@ struct FlashAttentionFn : torch::autograd::Function<FlashAttentionFn> {
 }  // namespace
 
 bool flash_attention_supported(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  if (!q.is_cuda() || q.scalar_type() != at::kBFloat16 || k.scalar_type() != at::kBFloat16 ||
-      v.scalar_type() != at::kBFloat16 || q.stride(3) != 1 || k.stride(3) != 1 || v.stride(3) != 1)
+  if (!q.is_cuda() || k.device() != q.device() || v.device() != q.device() || q.scalar_type() != at::kBFloat16 ||
+      k.scalar_type() != at::kBFloat16 || v.scalar_type() != at::kBFloat16 || q.stride(3) != 1 || k.stride(3) != 1 ||
+      v.stride(3) != 1)
     return false;
   if (at::cuda::getCurrentDeviceProperties()->major != 9) return false;
   kernels::FlashArgs a = flash_args(q, k, v);

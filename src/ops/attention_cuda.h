@@ -13,7 +13,7 @@ at::Tensor decode_attention(const at::Tensor& qkv, const at::Tensor& k_cache, co
                             const at::Tensor& positions, int64_t window, const at::Tensor& inv_freq);
 
 /// True when the Hopper flash-attention kernel (kernels/attention) takes causal attention over these:
-/// CUDA bf16, head dim 64 or 128, D contiguous, 16-byte aligned, a GPU of compute capability 9.0.
+/// bf16 on one CUDA device of compute capability 9.0, head dim 64 or 128, D contiguous, 16-byte aligned.
 bool flash_attention_supported(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 /// ops::attention without a mask on the kernels (an autograd function): (B, H, T, D), stored (B, T, H, D)
 /// as ATen's flash backend stores it.

@@ -48,8 +48,9 @@ bool lt_launch(const kernels::MatmulArgs& args) {
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const size_t aten_bytes = at::cuda::getCUDABlasLtWorkspaceSize();
   cublasStatus_t status = kernels::launch_matmul(handle, args, at::cuda::getCUDABlasLtWorkspace(), aten_bytes, stream);
-  // ATen's cuBLASLt workspace is 1 MiB unless CUBLASLT_WORKSPACE_SIZE says otherwise; some algorithms (the
-  // fp8 products' on Hopper, session 27) need more: those products run on a larger workspace of ours.
+  // ATen's cuBLASLt workspace is 1 MiB unless CUBLASLT_WORKSPACE_SIZE says otherwise; algorithms that need
+  // more are not offered within it (likely why the fp8 products were refused in session 27, when a probe
+  // with 32 MiB found them): a product refused there runs on a larger workspace of ours.
   if (status == CUBLAS_STATUS_NOT_SUPPORTED && aten_bytes < kLargeWorkspace)
     status = kernels::launch_matmul(handle, args, large_workspace(), kLargeWorkspace, stream);
   if (status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
