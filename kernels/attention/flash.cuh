@@ -33,8 +33,9 @@ struct FlashArgs {
 /// True when launch_flash_forward takes these: bf16, head dim 64 or 128, pointers 16-byte aligned,
 /// strides multiples of 8 elements (the TMA's 16 bytes), sizes within int32.
 bool flash_fits(const FlashArgs& args);
-/// The same for a backward pass's dout (its pointer and strides), with q, k, v as flash_fits asks.
-bool flash_fits(const FlashTensor& dout);
+/// One operand's part of that (q, k, v, or a backward pass's dout): its pointer 16-byte aligned, its
+/// strides multiples of 8 elements.
+bool flash_fits(const FlashTensor& t);
 
 /// o and lse for causal attention (query t sees keys 0..t). Asynchronous on `stream`.
 cudaError_t launch_flash_forward(const FlashArgs& args, cudaStream_t stream);

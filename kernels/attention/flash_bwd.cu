@@ -94,11 +94,7 @@ __global__ void __launch_bounds__(Bwd<kD>::kThreads, 1)
     prefetch_tma_descriptor(p.tma_v.get_tma_descriptor());
     smem.kv_full.init(1);
   }
-  typename F::Pipeline::Params pp;
-  pp.transaction_bytes = 2 * kBlockM * kD * sizeof(Element);  // q and dO on one barrier
-  pp.role = warpgroup == 0 ? F::Pipeline::ThreadCategory::Producer : F::Pipeline::ThreadCategory::Consumer;
-  pp.is_leader = threadIdx.x == 0;
-  pp.num_consumers = 256;
+  const auto pp = pipeline_params<typename F::Pipeline>(2 * kBlockM * kD * sizeof(Element));  // q and dO
   typename F::Pipeline pipe(smem.pipe, pp, Shape<_1, _1, _1>{});
   __syncthreads();
 
@@ -262,13 +258,8 @@ cudaError_t launch(const FlashBackwardArgs& a, cudaStream_t stream) {
                        int(f.heads / f.kv_heads),
                        f.scale,
                        f.scale * float(M_LOG2E)};
-  const int smem = int(sizeof(typename F::Smem));
-  auto* kernel = &flash_bwd_kernel<kD>;
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (e != cudaSuccess) return e;
   const dim3 grid(unsigned(ceil_div(f.seqlen, int64_t(F::kBlockN))), unsigned(f.heads), unsigned(f.batch));
-  kernel<<<grid, F::kThreads, smem, stream>>>(p);
-  return cudaGetLastError();
+  return launch_with_smem(&flash_bwd_kernel<kD>, p, grid, F::kThreads, int(sizeof(typename F::Smem)), stream);
 }
 
 }  // namespace

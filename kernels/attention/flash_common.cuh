@@ -60,6 +60,28 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
+// The load pipeline's roles: warpgroup 0 produces (thread 0 issues every TMA load and is the leader),
+// the two consumer warpgroups release each stage. `bytes`: what one stage's loads bring.
+template <class Pipeline>
+__device__ __forceinline__ typename Pipeline::Params pipeline_params(uint32_t bytes) {
+  typename Pipeline::Params pp;
+  pp.transaction_bytes = bytes;
+  pp.role = threadIdx.x < 128 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
+  pp.is_leader = threadIdx.x == 0;
+  pp.num_consumers = 256;
+  return pp;
+}
+
+// Launches a kernel whose shared memory is the dynamic `smem` bytes (over the 48 KiB default).
+template <class Params>
+cudaError_t launch_with_smem(void (*kernel)(Params), const Params& p, dim3 grid, int threads, int smem,
+                             cudaStream_t stream) {
+  const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e != cudaSuccess) return e;
+  kernel<<<grid, threads, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
 // A product's float accumulator rows (c: column pair, r: the two rows, j: column octets) as the bf16
 // A operand of the next product, whose inner dimension is those columns: the accumulator's (column
 // pair, row, column octet) is the operand's (column pair, row, half of 16 columns) for each 16 columns.

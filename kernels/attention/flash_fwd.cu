@@ -71,11 +71,7 @@ __global__ void __launch_bounds__(Fwd<kD>::kThreads, 1)
     prefetch_tma_descriptor(p.tma_v.get_tma_descriptor());
     smem.q_full.init(1);
   }
-  typename F::Pipeline::Params pp;
-  pp.transaction_bytes = kBlockN * kD * sizeof(Element);
-  pp.role = warpgroup == 0 ? F::Pipeline::ThreadCategory::Producer : F::Pipeline::ThreadCategory::Consumer;
-  pp.is_leader = threadIdx.x == 0;
-  pp.num_consumers = 256;
+  const auto pp = pipeline_params<typename F::Pipeline>(kBlockN * kD * sizeof(Element));
   typename F::Pipeline k_pipe(smem.k_pipe, pp, Shape<_1, _1, _1>{}), v_pipe(smem.v_pipe, pp, Shape<_1, _1, _1>{});
   __syncthreads();
 
@@ -224,31 +220,23 @@ cudaError_t launch(const FlashArgs& a, cudaStream_t stream) {
       int(a.heads / a.kv_heads),
       a.scale,
       a.scale * float(M_LOG2E)};
-  const int smem = int(sizeof(typename F::Smem));
-  auto* kernel = &flash_fwd_kernel<kD>;
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (e != cudaSuccess) return e;
   const dim3 grid(unsigned(ceil_div(a.seqlen, int64_t(F::kBlockM))), unsigned(a.heads), unsigned(a.batch));
-  kernel<<<grid, F::kThreads, smem, stream>>>(p);
-  return cudaGetLastError();
+  return launch_with_smem(&flash_fwd_kernel<kD>, p, grid, F::kThreads, int(sizeof(typename F::Smem)), stream);
 }
 
 bool aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 
-bool flash_fits(const FlashArgs& a) {
-  const auto strides_ok = [](int64_t x, int64_t y, int64_t z) { return x % 8 == 0 && y % 8 == 0 && z % 8 == 0; };
-  return a.dtype == DType::kBFloat16 && (a.head_dim == 64 || a.head_dim == 128) && a.kv_heads > 0 &&
-         a.heads % a.kv_heads == 0 && a.seqlen > 0 && a.seqlen < (int64_t(1) << 31) && a.batch < 65536 &&
-         a.heads < 65536 && aligned(a.q.data) && aligned(a.k.data) && aligned(a.v.data) && aligned(a.o) &&
-         strides_ok(a.q.batch_stride, a.q.head_stride, a.q.row_stride) &&
-         strides_ok(a.k.batch_stride, a.k.head_stride, a.k.row_stride) &&
-         strides_ok(a.v.batch_stride, a.v.head_stride, a.v.row_stride) && a.o_row_stride % 2 == 0;
+bool flash_fits(const FlashTensor& t) {
+  return aligned(t.data) && t.batch_stride % 8 == 0 && t.head_stride % 8 == 0 && t.row_stride % 8 == 0;
 }
 
-bool flash_fits(const FlashTensor& dout) {
-  return aligned(dout.data) && dout.batch_stride % 8 == 0 && dout.head_stride % 8 == 0 && dout.row_stride % 8 == 0;
+bool flash_fits(const FlashArgs& a) {
+  return a.dtype == DType::kBFloat16 && (a.head_dim == 64 || a.head_dim == 128) && a.kv_heads > 0 &&
+         a.heads % a.kv_heads == 0 && a.seqlen > 0 && a.seqlen < (int64_t(1) << 31) && a.batch < 65536 &&
+         a.heads < 65536 && flash_fits(a.q) && flash_fits(a.k) && flash_fits(a.v) && aligned(a.o) &&
+         a.o_row_stride % 2 == 0;
 }
 
 cudaError_t launch_flash_forward(const FlashArgs& a, cudaStream_t stream) {
