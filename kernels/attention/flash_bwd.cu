@@ -149,6 +149,11 @@ __global__ void __launch_bounds__(Bwd<kD>::kThreads, 1)
   Tensor sdOt = make_tensor(make_smem_ptr(smem.dout.data()), typename F::SmemQdOt{});
   Tensor sdSt = make_tensor(make_smem_ptr(smem.ds.data()), typename F::SmemDSt{});
   Tensor sdS = make_tensor(make_smem_ptr(smem.ds.data()), typename F::SmemDS{});
+  // dS^T goes to shared memory with stmatrix: one row address a lane for each 8 x 8 piece, where element
+  // stores would keep an address per element live across the loop (ptxas spilled them at D = 128).
+  auto store_ds = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
+  auto thr_store_ds = store_ds.get_thread_slice(tid);
+  Tensor tDSsDS = thr_store_ds.partition_D(sdSt);
 
   Tensor tSrK = thr_sdp.partition_fragment_A(sK(_, _, 0));  // (MMA, 1, D / 16)
   Tensor tSrV = thr_sdp.partition_fragment_A(sV(_, _, 0));
@@ -177,16 +182,25 @@ __global__ void __launch_bounds__(Bwd<kD>::kThreads, 1)
     wgmma<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, state.index()), tSrS);
     wgmma<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, state.index()), tSrdP);
     // P^T = exp(scale S^T - lse[query]) where query >= key (and the query exists), else 0;
-    // dS^T = P^T (dP^T - delta[query]).
+    // dS^T = P^T (dP^T - delta[query]). A thread's entries (column pair c, row r, column octet j) hold
+    // query 2t + c + 8j of two keys: each query's lse and delta are read once for both.
 #pragma unroll
-    for (int i = 0; i < size(tSrS); ++i) {
-      const int key = key0 + get<0>(tScS(i)), query = q0 + get<1>(tScS(i));
-      const bool live = query >= key && query < p.seqlen;
-      const float lse = live ? p.lse[row_base + query] : 0.f, delta = live ? p.delta[row_base + query] : 0.f;
-      const float prob = live ? exp2f(tSrS(i) * p.scale_log2 - lse * float(M_LOG2E)) : 0.f;
-      tSrS(i) = prob;
-      tSrdP(i) = prob * (tSrdP(i) - delta);
-    }
+    for (int j = 0; j < kBlockM / 8; ++j)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int query = q0 + get<1>(tScS(make_coord(c, 0, j), 0, 0));
+        const bool exists = query < p.seqlen;
+        const float lse = exists ? p.lse[row_base + query] * float(M_LOG2E) : 0.f;
+        const float delta = exists ? p.delta[row_base + query] : 0.f;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const auto i = make_coord(make_coord(c, r, j), 0, 0);
+          const bool live = exists && query >= key0 + get<0>(tScS(i));
+          const float prob = live ? exp2f(tSrS(i) * p.scale_log2 - lse) : 0.f;
+          tSrS(i) = prob;
+          tSrdP(i) = prob * (tSrdP(i) - delta);
+        }
+      }
     Tensor tdVrP = to_operand_a<kBlockM>(tSrS);
     Tensor tdKrdS = to_operand_a<kBlockM>(tSrdP);
     wgmma<false, true>(mma_dkv, tdVrP, tKVrdOt(_, _, _, state.index()), tdVrdV);
@@ -196,8 +210,8 @@ __global__ void __launch_bounds__(Bwd<kD>::kThreads, 1)
 
     // This warpgroup's dS^T rows into shared memory once its last dQ product is done with them, then dQ.
     cutlass::arch::NamedBarrier::sync(128, 1 + consumer);
-#pragma unroll
-    for (int i = 0; i < size(tSrdP); ++i) sdSt(get<0>(tScS(i)), get<1>(tScS(i))) = Element(tSrdP(i));
+    // The operand holds dS^T's entries in the accumulator's order (to_operand_a), so it is read as one.
+    copy(store_ds, thr_store_ds.retile_S(make_tensor(tdKrdS.data(), tSrdP.layout())), tDSsDS);
     cutlass::arch::fence_view_async_shared();
     cutlass::arch::NamedBarrier::sync(128, 1 + consumer);
 #pragma unroll
