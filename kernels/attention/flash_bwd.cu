@@ -54,9 +54,9 @@ struct Bwd {
     typename Pipeline::SharedStorage pipe;
   };
 
-  using TmaKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemKV{}),
+  using TmaKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor<>{}, take<0, 2>(SmemKV{}),
                                        Shape<Int<kBlockN>, Int<kD>>{}, _1{}));
-  using TmaQdO = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemQdO{}),
+  using TmaQdO = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor<>{}, take<0, 2>(SmemQdO{}),
                                         Shape<Int<kBlockM>, Int<kD>>{}, _1{}));
 
   struct Params {
@@ -201,8 +201,8 @@ __global__ void __launch_bounds__(Bwd<kD>::kThreads, 1)
           tSrdP(i) = prob * (tSrdP(i) - delta);
         }
       }
-    Tensor tdVrP = to_operand_a<kBlockM>(tSrS);
-    Tensor tdKrdS = to_operand_a<kBlockM>(tSrdP);
+    Tensor tdVrP = to_operand_a<Element, kBlockM>(tSrS);
+    Tensor tdKrdS = to_operand_a<Element, kBlockM>(tSrdP);
     wgmma<false, true>(mma_dkv, tdVrP, tKVrdOt(_, _, _, state.index()), tdVrdV);
     wgmma<false, true>(mma_dkv, tdKrdS, tKVrQt(_, _, _, state.index()), tdKrdK);
     pipe.consumer_release(state);  // q and dO read for the last time

@@ -1,8 +1,11 @@
 // Device pieces both flash-attention kernels share (included by the .cu files of this folder only).
 #pragma once
 
+#include <type_traits>
+
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/float8.h>
 #include <cutlass/numeric_types.h>
 #include <cute/arch/cluster_sm90.hpp>
 #include <cute/tensor.hpp>
@@ -15,15 +18,25 @@ namespace llmtrain::kernels::flash {
 using namespace cute;
 using Element = cutlass::bfloat16_t;
 
-// (T, D, heads, B) with D contiguous: the global view every TMA load tiles.
-using Gmem = Layout<Shape<int, int, int, int>, Stride<int64_t, _1, int64_t, int64_t>>;
-using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), Gmem{}));
+using Fp8 = cutlass::float_e4m3_t;
 
-inline GmemTensor gmem(const FlashTensor& t, int64_t seqlen, int64_t head_dim, int64_t heads, int64_t batch) {
-  return make_tensor(make_gmem_ptr(static_cast<Element const*>(t.data)),
-                     make_layout(make_shape(int(seqlen), int(head_dim), int(heads), int(batch)),
+// (rows, columns, heads, B) with the columns contiguous: the global view every TMA load tiles, rows and
+// columns (T, D) for q, k, v and dO, (D, keys) for the fp8 forward's transposed v.
+using Gmem = Layout<Shape<int, int, int, int>, Stride<int64_t, _1, int64_t, int64_t>>;
+template <class E = Element>
+using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<E const*>(nullptr)), Gmem{}));
+
+template <class E = Element>
+GmemTensor<E> gmem(const FlashTensor& t, int64_t rows, int64_t cols, int64_t heads, int64_t batch) {
+  return make_tensor(make_gmem_ptr(static_cast<E const*>(t.data)),
+                     make_layout(make_shape(int(rows), int(cols), int(heads), int(batch)),
                                  make_stride(t.row_stride, _1{}, t.head_stride, t.batch_stride)));
 }
+
+// The shared-memory atom of a K-major operand whose rows are kRowBytes long: 128-byte swizzled rows, or
+// 64-byte ones for fp8 heads of 64.
+template <class E, int kRowBytes>
+using KMajorAtom = std::conditional_t<kRowBytes % 128 == 0, GMMA::Layout_K_SW128_Atom<E>, GMMA::Layout_K_SW64_Atom<E>>;
 
 // A (rows, D, ...) tile's transpose (D, rows, ...) over the same shared memory: the operand of a product
 // whose inner dimension is the rows (wgmma reads it MN-major).
@@ -82,18 +95,25 @@ cudaError_t launch_with_smem(void (*kernel)(Params), const Params& p, dim3 grid,
   return cudaGetLastError();
 }
 
-// A product's float accumulator rows (c: column pair, r: the two rows, j: column octets) as the bf16
-// A operand of the next product, whose inner dimension is those columns: the accumulator's (column
-// pair, row, column octet) is the operand's (column pair, row, half of 16 columns) for each 16 columns.
-template <int kCols, class Acc>
+// A product's float accumulator rows (entries (c, r, j): column 8j + 2t + c of rows g and g + 8, r) as
+// the A operand, in E, of the next product, whose inner dimension is those columns. An instruction's A
+// takes kK = 16 (bf16) or 32 (fp8) columns: entry (s, r, h) of instruction kb is column
+// 4t + s + 16h (fp8) or 2t + s + 8h (bf16) of those. bf16's operand holds the accumulator's entries in
+// its own order. fp8's holds columns 2t + (s & 1) + 8 (s >> 1) + 16h in place of 4t + s + 16h, which
+// the other operand's rows must follow (FlashFp8's vt); no entry leaves its lane.
+template <class E, int kCols, class Acc>
 __device__ __forceinline__ auto to_operand_a(Acc const& acc) {
-  Tensor a = make_tensor<Element>(Layout<Shape<Shape<_2, _2, _2>, _1, Int<kCols / 16>>>{});
+  constexpr int kV = 4 / int(sizeof(E)), kK = 8 * kV;  // entries of a row in a register; columns an instruction
+  Tensor a = make_tensor<E>(Layout<Shape<Shape<Int<kV>, _2, _2>, _1, Int<kCols / kK>>>{});
 #pragma unroll
-  for (int j = 0; j < kCols / 8; ++j)
+  for (int kb = 0; kb < kCols / kK; ++kb)
 #pragma unroll
-    for (int r = 0; r < 2; ++r)
+    for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int c = 0; c < 2; ++c) a(make_coord(c, r, j % 2), 0, j / 2) = Element(acc(make_coord(c, r, j), 0, 0));
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int s = 0; s < kV; ++s)
+          a(make_coord(s, r, h), 0, kb) = E(acc(make_coord(s & 1, r, kK / 8 * kb + kV / 2 * h + (s >> 1)), 0, 0));
   return a;
 }
 

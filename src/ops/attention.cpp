@@ -29,7 +29,8 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   if (!mask.defined()) {
 #if LLMTRAIN_WITH_CUDA
     if (q.is_cuda() && cuda_kernel_enabled(Kernel::kAttention)) {
-      if (dropout_p == 0.0 && cuda::flash_attention_supported(q, k, v)) return cuda::flash_attention(q, k, v);
+      if (dropout_p == 0.0 && cuda::flash_attention_supported(q, k, v))
+        return cuda::flash_attention(q, k, v, cuda_kernel_enabled(Kernel::kAttentionFp8));
       static std::once_flag said;
       std::call_once(said, [&] {
         std::fprintf(stderr,

@@ -61,11 +61,12 @@ kernels::FlashArgs flash_args(const at::Tensor& q, const at::Tensor& k, const at
   return a;
 }
 
-// Forward on the kernel keeping q, k, v, o and the rows' log-sum-exp; backward on the kernel into float32
-// buffers, rounded to the inputs' dtype at the end.
+// Forward on the kernel (bf16, or with fp8 products from e4m3 codes made here) keeping q, k, v, o and
+// the rows' log-sum-exp; backward on the bf16 kernel into float32 buffers, rounded to the inputs' dtype
+// at the end.
 struct FlashAttentionFn : torch::autograd::Function<FlashAttentionFn> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
-                            const at::Tensor& v) {
+                            const at::Tensor& v, bool fp8) {
     const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
     at::Tensor out = at::empty({B, T, H, D}, q.options()).transpose(1, 2);
     at::Tensor lse = at::empty({B, H, T}, q.options().dtype(at::kFloat));
@@ -75,7 +76,25 @@ struct FlashAttentionFn : torch::autograd::Function<FlashAttentionFn> {
     a.o_head_stride = out.stride(1);
     a.o_row_stride = out.stride(2);
     a.lse = lse.data_ptr<float>();
-    LLMTRAIN_CUDA_CHECK(kernels::launch_flash_forward(a, at::cuda::getCurrentCUDAStream()));
+    const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+    if (fp8) {
+      const int64_t KV = k.size(1);
+      const auto bytes = q.options().dtype(at::kByte), f32 = q.options().dtype(at::kFloat);
+      at::Tensor q8 = at::empty({B, H, T, D}, bytes), k8 = at::empty({B, KV, T, D}, bytes);
+      at::Tensor vt8 = at::empty({B, KV, D, kernels::flash_fp8_keys(T)}, bytes);
+      at::Tensor q_descale = at::empty({B, H}, f32), k_descale = at::empty({B, KV}, f32);
+      at::Tensor v_descale = at::empty({B, KV}, f32);
+      const kernels::FlashFp8 codes{q8.data_ptr(),
+                                    k8.data_ptr(),
+                                    vt8.data_ptr(),
+                                    q_descale.data_ptr<float>(),
+                                    k_descale.data_ptr<float>(),
+                                    v_descale.data_ptr<float>()};
+      LLMTRAIN_CUDA_CHECK(kernels::launch_flash_fp8_quantize(a, codes, stream));
+      LLMTRAIN_CUDA_CHECK(kernels::launch_flash_fp8_forward(a, codes, stream));
+    } else {
+      LLMTRAIN_CUDA_CHECK(kernels::launch_flash_forward(a, stream));
+    }
     ctx->save_for_backward({q, k, v, out, lse});
     return out;
   }
@@ -109,7 +128,7 @@ struct FlashAttentionFn : torch::autograd::Function<FlashAttentionFn> {
     if (deterministic) dq = dq.sum(2);
     // A key/value head's gradient is the sum over the query heads of its group.
     const auto grouped = [&](const at::Tensor& g) { return KV == H ? g : g.view({B, KV, H / KV, T, D}).sum(2); };
-    return {dq.to(q.scalar_type()), grouped(dk).to(k.scalar_type()), grouped(dv).to(v.scalar_type())};
+    return {dq.to(q.scalar_type()), grouped(dk).to(k.scalar_type()), grouped(dv).to(v.scalar_type()), at::Tensor()};
   }
 };
 
@@ -126,12 +145,12 @@ bool flash_attention_supported(const at::Tensor& q, const at::Tensor& k, const a
   return kernels::flash_fits(a);
 }
 
-at::Tensor flash_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  return FlashAttentionFn::apply(q, k, v);
+at::Tensor flash_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool fp8) {
+  return FlashAttentionFn::apply(q, k, v, fp8);
 }
 #else
 bool flash_attention_supported(const at::Tensor&, const at::Tensor&, const at::Tensor&) { return false; }
-at::Tensor flash_attention(const at::Tensor&, const at::Tensor&, const at::Tensor&) {
+at::Tensor flash_attention(const at::Tensor&, const at::Tensor&, const at::Tensor&, bool) {
   LLMTRAIN_CHECK(false, "attention: this build has no flash-attention kernel (LLMTRAIN_FLASH_ATTENTION=OFF)");
   return {};
 }

@@ -16,8 +16,9 @@ at::Tensor decode_attention(const at::Tensor& qkv, const at::Tensor& k_cache, co
 /// bf16 on one CUDA device of compute capability 9.0, head dim 64 or 128, D contiguous, 16-byte aligned.
 bool flash_attention_supported(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 /// ops::attention without a mask on the kernels (an autograd function): (B, H, T, D), stored (B, T, H, D)
-/// as ATen's flash backend stores it.
-at::Tensor flash_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+/// as ATen's flash backend stores it. fp8: the forward's products in fp8 (kernels::FlashFp8: q, k and v
+/// rounded to e4m3 under a scale per head), the backward as bf16's.
+at::Tensor flash_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool fp8);
 
 /// True when the rotary kernel takes x: a CUDA tensor of float32, bf16 or fp16 whose head size it fits
 /// (kernels::rotary_fits).

@@ -19,7 +19,7 @@ struct Switch {
 // The MLP's cuBLASLt epilogues start off: on the H200 the fused MLP took 1.02 ms against ATen's
 // 0.87 (products + GELU kernel) for GPT-2 124M's layer, forward and backward (benchmarks/README.md).
 // fp8's CUDA path starts off until it has passed its tests on a GPU (docs/DEVELOPMENT.md, session 26);
-// so do the Hopper attention kernels'.
+// so do the Hopper attention kernels'. Attention's fp8 forward is a choice of precision, off unless asked.
 constexpr Switch kSwitches[] = {
     {Kernel::kEmbedding, "embedding", true},
     {Kernel::kLayerNorm, "layer_norm", true},
@@ -36,6 +36,7 @@ constexpr Switch kSwitches[] = {
     {Kernel::kNF4, "nf4", true},
     {Kernel::kFp8, "fp8", false},
     {Kernel::kAttention, "attention", false},
+    {Kernel::kAttentionFp8, "attention_fp8", false},
 };
 constexpr size_t kCount = sizeof kSwitches / sizeof kSwitches[0];
 static_assert(

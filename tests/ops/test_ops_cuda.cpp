@@ -786,6 +786,88 @@ TEST(OpsAttention, FlashGradientsMatchReference_CUDA) {
     expect_near(part(grad, c.H + c.KV, c.KV), part(want_grad, c.H + c.KV, c.KV), tol, "dv");
   }
 }
+
+// The fp8 forward's rounding in float64: q, k and v as e4m3 codes under a scale per (b, head) that takes
+// the head's largest magnitude to 448; each row tile of 128 queries takes its blocks of 128 keys from the
+// last to the first, its probabilities against the running maximum, times 256, rounded to e4m3.
+torch::Tensor fp8_attention_emulated(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  const int64_t H = q.size(1), KV = k.size(1), T = q.size(2), D = q.size(3);
+  const auto codes = [&](const torch::Tensor& x) {
+    const auto xd = x.to(torch::kCPU, torch::kDouble);
+    const auto scale = 448.0 / xd.abs().amax({2, 3}, true);
+    return (xd * scale).to(torch::kFloat8_e4m3fn).to(torch::kDouble) / scale;
+  };
+  const auto q8 = codes(q), k8 = codes(k).repeat_interleave(H / KV, 1), v8 = codes(v).repeat_interleave(H / KV, 1);
+  auto s = torch::matmul(q8, k8.transpose(2, 3)) / std::sqrt(double(D));
+  s.masked_fill_(torch::ones({T, T}, torch::kBool).triu(1), -INFINITY);
+  auto out = torch::empty_like(q8);
+  constexpr int64_t kTile = 128;
+  for (int64_t r0 = 0; r0 < T; r0 += kTile) {
+    const int64_t rows = std::min(kTile, T - r0);
+    auto max = torch::full({q8.size(0), H, rows, 1}, -INFINITY, q8.options());
+    auto sum = torch::zeros_like(max);
+    auto acc = torch::zeros({q8.size(0), H, rows, D}, q8.options());
+    for (int64_t n = (r0 + rows - 1) / kTile; n >= 0; --n) {
+      const int64_t cols = std::min(kTile, T - n * kTile);
+      const auto block = s.narrow(2, r0, rows).narrow(3, n * kTile, cols);
+      const auto next = torch::maximum(max, block.amax(-1, true));
+      const auto rescale = torch::where(max == -INFINITY, torch::zeros_like(max), (max - next).exp());
+      const auto p = (block - next).exp() * 256.0;
+      sum = sum * rescale + p.sum(-1, true);
+      acc =
+          acc * rescale + torch::matmul(p.to(torch::kFloat8_e4m3fn).to(torch::kDouble), v8.narrow(2, n * kTile, cols));
+      max = next;
+    }
+    out.narrow(2, r0, rows).copy_(acc / sum);
+  }
+  return out;
+}
+
+// "attention_fp8" with "attention": the forward's products in fp8. Its output against the emulation of its
+// rounding above (close) and against the exact attention (within fp8's error, and outside bf16's: the
+// products did run in fp8); its backward, bf16's kernel on the fp8 forward's o and log-sum-exp, against
+// the exact gradients within the few percent that follow from them.
+TEST(OpsAttention, Fp8ForwardIsWithinFp8sError_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  if (at::cuda::getCurrentDeviceProperties()->major != 9) GTEST_SKIP() << "the kernel is written for sm_90a";
+  struct Case {
+    int64_t B, H, KV, T, D;
+  };
+  const auto rel = [](const torch::Tensor& got, const torch::Tensor& want) {
+    const auto w = want.to(torch::kCPU, torch::kDouble);
+    return ((got.to(torch::kCPU, torch::kDouble) - w).norm() / w.norm()).item<double>();
+  };
+  for (const auto& c :
+       std::vector<Case>{{2, 3, 3, 77, 64}, {1, 12, 12, 1024, 64}, {1, 4, 1, 300, 128}, {2, 8, 2, 200, 128}}) {
+    SCOPED_TRACE(testing::Message() << "B " << c.B << " H " << c.H << " KV " << c.KV << " T " << c.T << " D " << c.D);
+    const int64_t width = (c.H + 2 * c.KV) * c.D;
+    const auto qkv0 = torch::randn({c.B, c.T, width}, torch::kDouble).to(torch::kBFloat16);
+    const auto r = torch::randn({c.B, c.H, c.T, c.D}, torch::kDouble).to(torch::kBFloat16);
+    const auto heads = [&](const torch::Tensor& qkv, int64_t at, int64_t n) {
+      return qkv.narrow(2, at * c.D, n * c.D).view({c.B, c.T, n, c.D}).transpose(1, 2);
+    };
+    const auto run = [&](const torch::Tensor& qkv_in, const torch::Tensor& weights) {
+      auto qkv = qkv_in.clone().requires_grad_();
+      const auto y = ops::attention(heads(qkv, 0, c.H), heads(qkv, c.H, c.KV), heads(qkv, c.H + c.KV, c.KV));
+      (y * weights).sum().backward();
+      return std::pair{y.detach(), qkv.grad()};
+    };
+    const auto [want_y, want_grad] = run(qkv0.to(torch::kDouble), r.to(torch::kDouble));
+    ops::set_cuda_kernel_enabled("attention", true);
+    ops::set_cuda_kernel_enabled("attention_fp8", true);
+    const auto [y, grad] = run(qkv0.cuda(), r.cuda());
+    ops::set_cuda_kernel_enabled("attention_fp8", false);
+    ops::set_cuda_kernel_enabled("attention", false);
+    EXPECT_LT(
+        rel(y, fp8_attention_emulated(heads(qkv0, 0, c.H), heads(qkv0, c.H, c.KV), heads(qkv0, c.H + c.KV, c.KV))),
+        0.01);
+    const double error = rel(y, want_y);
+    EXPECT_GT(error, 0.01) << "the output is closer to the exact attention than fp8 can be";
+    EXPECT_LT(error, 0.08);
+    for (const auto& [name, at, n] : {std::tuple{"dq", int64_t(0), c.H}, {"dk", c.H, c.KV}, {"dv", c.H + c.KV, c.KV}})
+      EXPECT_LT(rel(grad.narrow(2, at * c.D, n * c.D), want_grad.narrow(2, at * c.D, n * c.D)), 0.06) << name;
+  }
+}
 #endif
 
 TEST(OpsDecodeAttention, KernelMatchesReference_CUDA) {

@@ -27,6 +27,7 @@ enum class Kernel {
   kNF4,
   kFp8,
   kAttention,
+  kAttentionFp8,
 };
 
 /// Turns the CUDA kernels of every op on or off for the whole process (thread-safe; takes effect at
@@ -39,8 +40,10 @@ bool cuda_kernels_enabled();
 /// Turns one op's CUDA path on or off, by name (one of cuda_kernel_names()); throws llmtrain::Error
 /// naming an unknown op. The process-wide switch above still rules over it. All are on at start but
 /// "mlp", whose fused cuBLASLt path is correct but slower than ATen's products on the H200 when
-/// training (without a gradient ops::mlp takes that fused forward whenever "linear" is on), and "fp8"
-/// and "attention", whose CUDA paths have not yet passed their tests on a GPU.
+/// training (without a gradient ops::mlp takes that fused forward whenever "linear" is on), "fp8" and
+/// "attention", whose CUDA paths have not yet passed their tests on a GPU, and "attention_fp8", which
+/// changes the numbers: with "attention" on, the attention kernel's forward products run in fp8
+/// (e4m3, a scale per head; its backward stays bf16).
 ///   llmtrain::ops::set_cuda_kernel_enabled("mlp", false);  // the MLP on ATen, the rest fused
 void set_cuda_kernel_enabled(const std::string& op, bool enabled);
 /// Whether `op`'s CUDA path is on: its own switch and the process-wide one.
@@ -49,7 +52,8 @@ bool cuda_kernel_enabled(const std::string& op);
 void set_cuda_kernel_enabled(Kernel op, bool enabled);
 bool cuda_kernel_enabled(Kernel op);
 /// The names of the ops with a CUDA path, in Kernel's order: embedding, layer_norm, gelu, linear, mlp,
-/// gemv, cross_entropy, adamw, decode_attention, rms_norm, swiglu, rotary, nf4, fp8, attention.
+/// gemv, cross_entropy, adamw, decode_attention, rms_norm, swiglu, rotary, nf4, fp8, attention,
+/// attention_fp8.
 std::vector<std::string> cuda_kernel_names();
 
 }  // namespace llmtrain::ops
