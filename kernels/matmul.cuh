@@ -41,7 +41,7 @@ struct MatmulArgs {
   void* bias = nullptr;  // read by kBias and kGeluAuxBias, written by kDGeluBGrad and kBGradB
   void* aux = nullptr;   // m x n, leading dimension m: written by kGeluAuxBias, read by kDGeluBGrad
   Fp8Format a_fp8 = Fp8Format::kNone, b_fp8 = Fp8Format::kNone;
-  const float* a_scale = nullptr;  // fp8: device scalars, the codes' inverse scales
+  const float* a_scale = nullptr;  // fp8: device scalars, the codes' inverse scales, 256-byte aligned
   const float* b_scale = nullptr;
   bool fast_accum = false;  // fp8: Hopper's faster accumulation, fewer promotions to float32 (forward products)
 };

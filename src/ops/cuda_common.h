@@ -46,9 +46,8 @@ kernels::DType kernel_dtype(const at::Tensor& t, const char* what);
 /// t, contiguous and 16-byte aligned (copied when it is not), as the kernels' packed loads want it.
 at::Tensor packed(const at::Tensor& t);
 
-/// Queues `args` on cuBLASLt (kernels/matmul.cuh) with ATen's handle, workspace and current stream (or,
-/// when no algorithm fits ATen's workspace, a 32 MiB one of ours); false when cuBLASLt has no algorithm
-/// for it; other failures throw.
+/// Queues `args` on cuBLASLt (kernels/matmul.cuh) with ATen's handle, workspace and current stream;
+/// false when cuBLASLt has no algorithm for it; other failures throw.
 bool lt_launch(const kernels::MatmulArgs& args);
 
 /// Queues D = op(A) op(B) and its epilogue on cuBLASLt (kernels/matmul.cuh; linear_cuda.cpp has the

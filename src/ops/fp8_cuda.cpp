@@ -24,8 +24,12 @@ at::ScalarType storage(kernels::Fp8Format f) {
   return f == kernels::Fp8Format::kE4M3 ? at::kFloat8_e4m3fn : at::kFloat8_e5m2;
 }
 
+// The inverse scales the products read, one per kInvStride floats: cuBLASLt takes 256-byte aligned scale
+// pointers only (kernels/matmul.cu).
+constexpr int64_t kInvStride = 64;
+
 // Packed x (rows, cols) under scale[row]: its codes and/or their transpose (each if asked for), its amax
-// into history[row][0] where `record`, and 1 / scale[row] into inv[row].
+// into history[row][0] where `record`, and 1 / scale[row] into inv[row * kInvStride].
 void cast(const at::Tensor& x, const Fp8Scaling& s, int64_t row, kernels::Fp8Format format, bool record,
           const at::Tensor& inv, at::Tensor* codes, at::Tensor* codes_t) {
   const int64_t rows = x.size(0), cols = x.size(1);
@@ -45,11 +49,11 @@ void cast(const at::Tensor& x, const Fp8Scaling& s, int64_t row, kernels::Fp8For
     a.codes_t = static_cast<uint8_t*>(codes_t->data_ptr());
   }
   a.amax = record ? s.amax_history.data_ptr<float>() + row * s.amax_history.size(1) : nullptr;
-  a.inv_scale = inv.data_ptr<float>() + row;
+  a.inv_scale = inv.data_ptr<float>() + row * kInvStride;
   LLMTRAIN_CUDA_CHECK(kernels::launch_fp8_cast(a, at::cuda::getCurrentCUDAStream()));
 }
 
-// d (m x n, leading dimension m) = inv[ra] * inv[rb] * A^T B for codes a stored k x m and b stored k x n
+// d (m x n, leading dimension m) = inverse ra * inverse rb * A^T B for codes a stored k x m and b stored k x n
 // (column-major, leading dimension k), the layouts of the comment above.
 void product(int64_t m, int64_t n, int64_t k, const at::Tensor& a, const at::Tensor& b, const at::Tensor& inv,
              int64_t ra, int64_t rb, at::Tensor& d, const at::Tensor& bias, bool fast) {
@@ -67,8 +71,8 @@ void product(int64_t m, int64_t n, int64_t k, const at::Tensor& a, const at::Ten
   x.dtype = kernel_dtype(d, "fp8_linear: output");
   x.a_fp8 = a.scalar_type() == at::kFloat8_e4m3fn ? kernels::Fp8Format::kE4M3 : kernels::Fp8Format::kE5M2;
   x.b_fp8 = b.scalar_type() == at::kFloat8_e4m3fn ? kernels::Fp8Format::kE4M3 : kernels::Fp8Format::kE5M2;
-  x.a_scale = inv.data_ptr<float>() + ra;
-  x.b_scale = inv.data_ptr<float>() + rb;
+  x.a_scale = inv.data_ptr<float>() + ra * kInvStride;
+  x.b_scale = inv.data_ptr<float>() + rb * kInvStride;
   x.fast_accum = fast;
   if (bias.defined()) {
     x.epilogue = kernels::Epilogue::kBias;
@@ -83,8 +87,7 @@ void product(int64_t m, int64_t n, int64_t k, const at::Tensor& a, const at::Ten
     done = lt_launch(x);
   }
   LLMTRAIN_CHECK(done, "fp8_linear: cuBLASLt has no fp8 algorithm for (", m, " x ", k, ") by (", k, " x ", n, ") of ",
-                 a.scalar_type(), " and ", b.scalar_type(), " into ", d.scalar_type(), " with ",
-                 at::cuda::getCUDABlasLtWorkspaceSize(), " bytes of workspace");
+                 a.scalar_type(), " and ", b.scalar_type(), " into ", d.scalar_type());
   if (bias.defined()) d.add_(bias);
 }
 
@@ -94,7 +97,7 @@ struct Fp8LinearCudaFn : torch::autograd::Function<Fp8LinearCudaFn> {
     const Fp8Scaling s{history, scale};
     const int64_t in = weight.size(1), out = weight.size(0), N = x.numel() / in;
     const at::Tensor xp = packed(x).view({N, in}), wp = packed(weight);
-    const at::Tensor inv = at::empty({3}, scale.options());
+    const at::Tensor inv = at::empty({3 * kInvStride}, scale.options());
     // A training pass (record) keeps the transposes for backward; evaluation casts only what y needs.
     at::Tensor qx, qx_t, qw, qw_t;
     cast(xp, s, 0, kernels::Fp8Format::kE4M3, record, inv, &qx, record ? &qx_t : nullptr);

@@ -11,10 +11,6 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <torch/autograd.h>
 
-#include <map>
-#include <mutex>
-#include <utility>
-
 #include "kernels/gemv.cuh"
 #include "linear_cuda.h"
 #include "llmtrain/core/cuda_check.h"
@@ -23,36 +19,10 @@
 
 namespace llmtrain::ops::cuda {
 
-namespace {
-
-constexpr size_t kLargeWorkspace = size_t(32) << 20;
-
-// A cuBLASLt workspace of kLargeWorkspace bytes of our own for the current device and stream (one per
-// stream, as ATen keeps its own), from ATen's allocator so that it also serves under graph capture.
-// The tensors are never freed: the map outlives the process's CUDA teardown on purpose.
-void* large_workspace() {
-  static std::mutex mu;
-  static auto* spaces = new std::map<std::pair<int, cudaStream_t>, at::Tensor>();
-  const auto stream = at::cuda::getCurrentCUDAStream();
-  const std::lock_guard<std::mutex> lock(mu);
-  at::Tensor& space = (*spaces)[{stream.device_index(), stream.stream()}];
-  if (!space.defined())
-    space = at::empty({int64_t(kLargeWorkspace)}, at::TensorOptions().dtype(at::kByte).device(stream.device()));
-  return space.data_ptr();
-}
-
-}  // namespace
-
 bool lt_launch(const kernels::MatmulArgs& args) {
-  const cublasLtHandle_t handle = at::cuda::getCurrentCUDABlasLtHandle();
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  const size_t aten_bytes = at::cuda::getCUDABlasLtWorkspaceSize();
-  cublasStatus_t status = kernels::launch_matmul(handle, args, at::cuda::getCUDABlasLtWorkspace(), aten_bytes, stream);
-  // ATen's cuBLASLt workspace is 1 MiB unless CUBLASLT_WORKSPACE_SIZE says otherwise; algorithms that need
-  // more are not offered within it (likely why the fp8 products were refused in session 27, when a probe
-  // with 32 MiB found them): a product refused there runs on a larger workspace of ours.
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED && aten_bytes < kLargeWorkspace)
-    status = kernels::launch_matmul(handle, args, large_workspace(), kLargeWorkspace, stream);
+  const cublasStatus_t status =
+      kernels::launch_matmul(at::cuda::getCurrentCUDABlasLtHandle(), args, at::cuda::getCUDABlasLtWorkspace(),
+                             at::cuda::getCUDABlasLtWorkspaceSize(), at::cuda::getCurrentCUDAStream());
   if (status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
   LLMTRAIN_CUBLAS_CHECK(status);
   return true;
