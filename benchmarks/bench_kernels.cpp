@@ -152,33 +152,39 @@ int main(int argc, char** argv) {
   // here). The scales come from one pass's amaxes, as after a first step.
   std::vector<std::pair<std::string, double>> fp8_rows;
   llmtrain::ops::set_cuda_kernel_enabled("fp8", true);  // off at start
+  // A failure here (session 28: cuBLASLt refusing the products) is said and the rest still measured.
   for (const auto& [C, H] : {std::pair<int64_t, int64_t>{768, 3072}, {1600, 6400}}) {
-    const int64_t N = 16 * 1024;
-    const auto bf16 = cuda.dtype(torch::kBFloat16);
-    const auto x = torch::randn({N, C}, bf16).requires_grad_(), dy = torch::randn({N, H}, bf16) * 1e-3;
-    const auto w = (0.03 * torch::randn({H, C}, bf16)).requires_grad_(), b = torch::randn({H}, bf16).requires_grad_();
-    const auto s = llmtrain::ops::fp8_scaling(16, torch::kCUDA);
-    llmtrain::ops::fp8_linear(x, w, b, s).backward(dy);
-    llmtrain::ops::fp8_update_scales(s, 0);
-    const auto clear = [&] {
-      for (const auto* t : {&x, &w, &b}) t->mutable_grad() = torch::Tensor();
-    };
-    const double fp8 = time_ms(
-        [&] {
-          clear();
-          llmtrain::ops::fp8_linear(x, w, b, s).backward(dy);
-        },
-        iters);
-    const double plain = time_ms(
-        [&] {
-          clear();
-          llmtrain::ops::linear(x, w, b).backward(dy);
-        },
-        iters);
-    const std::string shape = std::to_string(N) + "x" + std::to_string(C) + "->" + std::to_string(H);
-    results.push_back({"fp8 linear fwd+bwd " + shape + " vs bf16", fp8, plain, double(N) * (C + H) * 2 * 3});
-    fp8_rows.emplace_back("  fp8 TFLOP/s (" + shape + ")", 6.0 * N * C * H / (fp8 * 1e-3) / 1e12);
-    fp8_rows.emplace_back("  bf16 TFLOP/s (" + shape + ")", 6.0 * N * C * H / (plain * 1e-3) / 1e12);
+    try {
+      const int64_t N = 16 * 1024;
+      const auto bf16 = cuda.dtype(torch::kBFloat16);
+      const auto x = torch::randn({N, C}, bf16).requires_grad_(), dy = torch::randn({N, H}, bf16) * 1e-3;
+      const auto w = (0.03 * torch::randn({H, C}, bf16)).requires_grad_(), b = torch::randn({H}, bf16).requires_grad_();
+      const auto s = llmtrain::ops::fp8_scaling(16, torch::kCUDA);
+      llmtrain::ops::fp8_linear(x, w, b, s).backward(dy);
+      llmtrain::ops::fp8_update_scales(s, 0);
+      const auto clear = [&] {
+        for (const auto* t : {&x, &w, &b}) t->mutable_grad() = torch::Tensor();
+      };
+      const double fp8 = time_ms(
+          [&] {
+            clear();
+            llmtrain::ops::fp8_linear(x, w, b, s).backward(dy);
+          },
+          iters);
+      const double plain = time_ms(
+          [&] {
+            clear();
+            llmtrain::ops::linear(x, w, b).backward(dy);
+          },
+          iters);
+      const std::string shape = std::to_string(N) + "x" + std::to_string(C) + "->" + std::to_string(H);
+      results.push_back({"fp8 linear fwd+bwd " + shape + " vs bf16", fp8, plain, double(N) * (C + H) * 2 * 3});
+      fp8_rows.emplace_back("  fp8 TFLOP/s (" + shape + ")", 6.0 * N * C * H / (fp8 * 1e-3) / 1e12);
+      fp8_rows.emplace_back("  bf16 TFLOP/s (" + shape + ")", 6.0 * N * C * H / (plain * 1e-3) / 1e12);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "fp8 linear %lld -> %lld: %s\n", static_cast<long long>(C), static_cast<long long>(H),
+                   e.what());
+    }
   }
   // GPT-2 124M's MLP (C=768, H=3072) on B=16, T=1024 tokens, bf16: two products with the bias, GELU,
   // GELU's gradient and the bias gradients in their epilogues, against ATen's linear, gelu and sums.
