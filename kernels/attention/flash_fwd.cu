@@ -21,10 +21,12 @@ struct Fwd {
   using Warpgroups = Layout<Shape<_2, _1, _1>>;
   using MmaS =
       decltype(make_tiled_mma(GMMA::ss_op_selector<E, E, float, Shape<_64, Int<kBlockN>, Int<kD>>>(), Warpgroups{}));
-  using MmaO = decltype(make_tiled_mma(GMMA::rs_op_selector < E, E, float, Shape<_64, Int<kD>, Int<kBlockN>>,
-                                       GMMA::Major::K, kFp8 ? GMMA::Major::K : GMMA::Major::MN > (), Warpgroups{}));
+  static constexpr GMMA::Major kVMajor = kFp8 ? GMMA::Major::K : GMMA::Major::MN;
+  using MmaO = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<E, E, float, Shape<_64, Int<kD>, Int<kBlockN>>, GMMA::Major::K, kVMajor>(), Warpgroups{}));
   // Rows of D elements in swizzled atoms: what both TMA and wgmma read.
-  using Atom = KMajorAtom<E, kD* int(sizeof(E))>;
+  static constexpr int kRowBytes = kD * int(sizeof(E));
+  using Atom = KMajorAtom<E, kRowBytes>;
   using SmemQ = decltype(tile_to_shape(Atom{}, Shape<Int<kBlockM>, Int<kD>>{}));
   using SmemK = decltype(tile_to_shape(Atom{}, Shape<Int<kBlockN>, Int<kD>, Int<kStages>>{}));
   // V as loaded: (keys, D, stage) for bf16, (D, keys, stage) for fp8; and as P V's B operand, (D, keys, stage).

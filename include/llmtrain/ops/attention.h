@@ -11,11 +11,12 @@ namespace llmtrain::ops {
 /// softmax(q k^T / sqrt(D) + mask) v, with dropout on the attention weights when dropout_p > 0.
 /// Without `mask` the mask is causal: position t attends to positions 0..t. With one (document_mask's
 /// (B, 1, T, T) bool, true where query t may attend to key s) it replaces the causal mask; on CUDA it
-/// runs as a masked (memory-efficient) attention. Without a mask, bf16 heads of 64 or 128 on a Hopper GPU
-/// can run on llmtrain's own kernels (kernels/attention; the "attention" switch, off by default; with
-/// "attention_fp8" also on, their forward's products run in fp8, about 4.5% of the output's norm from
-/// the exact attention against bf16's 0.3%), others on ATen's scaled_dot_product_attention. Grouped-query attention: k
-/// and v may have KV heads, KV dividing H, each serving H / KV query heads in a row (transformers' repeat_kv).
+/// runs as a masked (memory-efficient) attention. Without a mask, bf16 heads of 64 or 128 on a Hopper
+/// GPU can run on llmtrain's own kernels (kernels/attention; the "attention" switch, off by default;
+/// with "attention_fp8" also on, their forward's products run in fp8, about 4.5% of the output's norm
+/// from the exact attention against bf16's 0.3%), others on ATen's scaled_dot_product_attention.
+/// Grouped-query attention: k and v may have KV heads, KV dividing H, each serving H / KV query heads in
+/// a row (transformers' repeat_kv).
 ///   auto y = llmtrain::ops::attention(q, k, v);  // (B, H, T, D)
 at::Tensor attention(const at::Tensor& q,  // (B, H, T, D)
                      const at::Tensor& k,  // (B, KV, T, D)
