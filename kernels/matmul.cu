@@ -118,7 +118,11 @@ cublasStatus_t make_plan(cublasLtHandle_t handle, const MatmulArgs& x, void* wor
   p.algo = results[0].algo;
   if (found == 1) return CUBLAS_STATUS_SUCCESS;
   // Time each candidate (one warm-up, then three runs) on the call's own operands: the outputs are
-  // written again by the real launch that follows.
+  // written again by the real launch that follows. Not while the stream is captured into a CUDA graph,
+  // where waiting on an event would end the capture: the heuristic's first choice stays then.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone)
+    return CUBLAS_STATUS_SUCCESS;
   cudaEvent_t start = nullptr, stop = nullptr;
   if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) return CUBLAS_STATUS_SUCCESS;
   const float alpha = 1.f, beta = 0.f;
