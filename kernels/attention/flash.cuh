@@ -68,23 +68,27 @@ cudaError_t launch_flash_fp8_quantize(const FlashArgs& args, const FlashFp8& cod
 cudaError_t launch_flash_fp8_forward(const FlashArgs& args, const FlashFp8& codes, cudaStream_t stream);
 
 struct FlashBackwardArgs {
-  FlashArgs forward;             // q, k, v, lse (as the forward wrote it); o unused
-  FlashTensor dout;              // (B, H, T, D), D contiguous, as flash_fits asks of q
-  const float* delta = nullptr;  // (B, H, T): rowsum(dout o) in float32
-  // dq, float32, zeroed: (B, H, T, D), added to in no fixed order; or, deterministic, (B, H, parts, T, D)
-  // with parts = flash_dq_parts(T): each block's share stored apart, for the caller to sum over parts.
+  FlashArgs forward;       // q, k, v, o and lse as the forward wrote them (o's strides multiples of 8 elements)
+  FlashTensor dout;        // (B, H, T, D), D contiguous, as flash_fits asks of q
+  float* delta = nullptr;  // (B, H, T) float32 scratch: the call writes rowsum(dout o) there first
+  // dq, float32: (B, H, T, D), zeroed by the call and added to in no fixed order; or, deterministic,
+  // (B, H, parts, T, D), zeroed by the caller, with parts = flash_dq_parts(T): each block's share stored
+  // apart, for the caller to sum over parts.
   float* dq = nullptr;
   bool deterministic = false;
-  float* dk = nullptr;  // (B, H, T, D) float32, per query head (a group's heads are the caller's to sum)
-  float* dv = nullptr;
+  // dk and dv (B, H, T, D) per query head (a group's heads are the caller's to sum), float32 or, with
+  // bf16_dkv, rounded to bf16.
+  void* dk = nullptr;
+  void* dv = nullptr;
+  bool bf16_dkv = false;
 };
 
 /// How many shares of dq a deterministic backward stores per (b, h): two per block of 128 keys.
 int64_t flash_dq_parts(int64_t seqlen);
 
-/// The gradients of launch_flash_forward's o with respect to q, k and v, given dout, into float32
-/// buffers (see FlashBackwardArgs): dk and dv are stored, bitwise reproducible; dq is reproducible only
-/// when deterministic.
+/// The gradients of launch_flash_forward's o with respect to q, k and v, given dout (see
+/// FlashBackwardArgs): dk and dv are stored, bitwise reproducible; dq is reproducible only when
+/// deterministic. Two kernels: rowsum(dout o) (and dq zeroed), then the gradients.
 cudaError_t launch_flash_backward(const FlashBackwardArgs& args, cudaStream_t stream);
 
 }  // namespace llmtrain::kernels

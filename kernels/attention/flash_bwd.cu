@@ -5,7 +5,11 @@
 // dS^T = P^T (dP^T - rowsum(dO O)), and accumulate dV += P^T dO and dK += dS^T Q in registers (P^T and
 // dS^T as register operands). dQ += dS K goes through dS in shared memory, each warpgroup over its own
 // 64 keys, and is added to a float32 buffer (or, deterministic, each warpgroup's share is stored apart
-// for the caller to sum in a fixed order); dK and dV are stored per query head at the end.
+// for the caller to sum in a fixed order); dK and dV are stored per query head at the end. A small kernel
+// before it forms rowsum(dO O) and zeroes that buffer.
+#include <cuda_bf16.h>
+
+#include <cassert>
 #include <cmath>
 
 #include "flash.cuh"
@@ -66,8 +70,9 @@ struct Bwd {
     const float* lse;    // (B, H, T)
     const float* delta;  // (B, H, T): rowsum(dO O)
     float* dq;           // (B, H, T, D) float32, added to; or (B, H, dq_parts, T, D), stored
-    float* dk;           // (B, H, T, D) float32, stored
-    float* dv;
+    void* dk;            // (B, H, T, D) float32 or bf16, stored
+    void* dv;
+    bool bf16_dkv;
     int dq_parts;  // 0: dq added to with atomics
     int seqlen, heads, group;
     float scale, scale_log2;
@@ -237,13 +242,56 @@ __global__ void __launch_bounds__(Bwd<kD>::kThreads, 1)
 
   // dK = scale dS^T Q (dV has no scale; dQ = scale dS K above), this query head's, stored.
   Tensor tKVc = thr_dkv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kD>>{}));
+  // Entries 2j and 2j + 1 of an accumulator are neighbouring columns of one row: stored as pairs.
 #pragma unroll
-  for (int i = 0; i < size(tdKrdK); ++i) {
+  for (int i = 0; i < size(tdKrdK); i += 2) {
     const int key = key0 + get<0>(tKVc(i));
+    assert(get<0>(tKVc(i + 1)) == get<0>(tKVc(i)) && get<1>(tKVc(i + 1)) == get<1>(tKVc(i)) + 1);
     if (key >= p.seqlen) continue;
     const int64_t at = (row_base + key) * kD + get<1>(tKVc(i));
-    p.dk[at] = tdKrdK(i) * p.scale;
-    p.dv[at] = tdVrdV(i);
+    const float2 dk{tdKrdK(i) * p.scale, tdKrdK(i + 1) * p.scale}, dv{tdVrdV(i), tdVrdV(i + 1)};
+    if (p.bf16_dkv) {
+      *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(p.dk) + at) = __float22bfloat162_rn(dk);
+      *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(p.dv) + at) = __float22bfloat162_rn(dv);
+    } else {
+      *reinterpret_cast<float2*>(static_cast<float*>(p.dk) + at) = dk;
+      *reinterpret_cast<float2*>(static_cast<float*>(p.dv) + at) = dv;
+    }
+  }
+}
+
+// delta = rowsum(dO O) in float32 for each of the `rows` (b, h, t), kD / 8 lanes a row (16 bytes each),
+// and dq's rows zeroed where dq is given (the adds' start).
+template <int kD>
+__global__ void flash_bwd_prep_kernel(FlashTensor dout, FlashTensor o, int heads, int seqlen, int64_t rows,
+                                      float* delta, float* dq) {
+  constexpr int kLanes = kD / 8;
+  const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kLanes;
+  const int lane = threadIdx.x % kLanes;
+  const bool valid = row < rows;  // no early return: the sum below shuffles across the warp
+  float sum = 0.f;
+  if (valid) {
+    const int64_t t = row % seqlen, bh = row / seqlen, h = bh % heads, b = bh / heads;
+    const auto at = [&](const FlashTensor& x) {
+      return reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(x.data) + b * x.batch_stride +
+                                            h * x.head_stride + t * x.row_stride + lane * 8);
+    };
+    const uint4 g = *at(dout), y = *at(o);
+    const auto* g2 = reinterpret_cast<const __nv_bfloat162*>(&g);
+    const auto* y2 = reinterpret_cast<const __nv_bfloat162*>(&y);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 a = __bfloat1622float2(g2[i]), c = __bfloat1622float2(y2[i]);
+      sum += a.x * c.x + a.y * c.y;
+    }
+  }
+#pragma unroll
+  for (int m = kLanes / 2; m > 0; m /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, m);
+  if (!valid) return;
+  if (lane == 0) delta[row] = sum;
+  if (dq) {
+    float4* z = reinterpret_cast<float4*>(dq + row * kD + lane * 8);
+    z[0] = z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
 }
 
@@ -266,12 +314,19 @@ cudaError_t launch(const FlashBackwardArgs& a, cudaStream_t stream) {
                        a.dq,
                        a.dk,
                        a.dv,
+                       a.bf16_dkv,
                        a.deterministic ? int(flash_dq_parts(f.seqlen)) : 0,
                        int(f.seqlen),
                        int(f.heads),
                        int(f.heads / f.kv_heads),
                        f.scale,
                        f.scale * float(M_LOG2E)};
+  const FlashTensor o{f.o, f.o_batch_stride, f.o_head_stride, f.o_row_stride};
+  if (!flash_fits(o) || !flash_fits(a.dout)) return cudaErrorInvalidValue;
+  const int64_t rows = f.batch * f.heads * f.seqlen;
+  constexpr int kPrepThreads = 256;
+  flash_bwd_prep_kernel<kD><<<unsigned(ceil_div(rows * (kD / 8), int64_t(kPrepThreads))), kPrepThreads, 0, stream>>>(
+      a.dout, o, int(f.heads), int(f.seqlen), rows, a.delta, a.deterministic ? nullptr : a.dq);
   const dim3 grid(unsigned(ceil_div(f.seqlen, int64_t(F::kBlockN))), unsigned(f.heads), unsigned(f.batch));
   return launch_with_smem(&flash_bwd_kernel<kD>, p, grid, F::kThreads, int(sizeof(typename F::Smem)), stream);
 }
