@@ -4,9 +4,9 @@
 // recompute S^T = K Q^T and P^T from the forward's log-sum-exp, form dP^T = V dO^T and
 // dS^T = P^T (dP^T - rowsum(dO O)), and accumulate dV += P^T dO and dK += dS^T Q in registers (P^T and
 // dS^T as register operands). dQ += dS K goes through dS in shared memory, each warpgroup over its own
-// 64 keys, and is added to a float32 buffer (or, deterministic, each warpgroup's share is stored apart
-// for the caller to sum in a fixed order); dK and dV are stored per query head at the end. A small kernel
-// before it forms rowsum(dO O) and zeroes that buffer.
+// 64 keys, and is added to a float32 buffer (by bulk reductions or atomics; or, deterministic, each
+// warpgroup's share is stored apart for the caller to sum in a fixed order); dK and dV are stored per
+// query head at the end. A small kernel before it forms rowsum(dO O) and zeroes that buffer.
 #include <cuda_bf16.h>
 
 #include <cassert>
@@ -35,6 +35,11 @@ struct Bwd {
   // so that neither waits for the other; both add their part. kDQ columns a product: at D = 128 two
   // products of 64, so that the consumers' registers hold dV, dK and dQ at once.
   static constexpr int kDQ = kD > 64 ? 64 : kD;
+  // How dQ is added to: at D = 128 each row of a warpgroup's share by one bulk reduction from shared memory
+  // (H100, B8 H16 T1024: backward 0.72 ms against 0.88 with atomics); at 64 per entry with atomics (0.76
+  // against 0.81 by bulk reductions).
+  static constexpr bool kBulkDQ = kD > 64;
+  static constexpr int kDQRow = kD + 4;  // floats a row of the dQ staging (16-byte aligned rows)
   using MmaDQ = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kDQ>, _64>, GMMA::Major::MN, GMMA::Major::MN>()));
   using Atom = GMMA::Layout_K_SW128_Atom<Element>;
@@ -54,6 +59,8 @@ struct Bwd {
     array_aligned<Element, cosize_v<SmemQdO>, 1024> q;
     array_aligned<Element, cosize_v<SmemQdO>, 1024> dout;
     array_aligned<Element, cosize_v<SmemDSt>, 1024> ds;
+    // With kBulkDQ, each warpgroup's dQ share of a query block, rows padded (fewer bank conflicts).
+    array_aligned<float, kBulkDQ ? 2 * kBlockM * kDQRow : 4, 128> dq;
     cutlass::arch::ClusterTransactionBarrier kv_full;
     typename Pipeline::SharedStorage pipe;
   };
@@ -73,7 +80,7 @@ struct Bwd {
     void* dk;            // (B, H, T, D) float32 or bf16, stored
     void* dv;
     bool bf16_dkv;
-    int dq_parts;  // 0: dq added to with atomics
+    int dq_parts;  // 0: dq added to
     int seqlen, heads, group;
     float scale, scale_log2;
   };
@@ -175,6 +182,9 @@ __global__ void __launch_bounds__(Bwd<kD>::kThreads, 1)
   Tensor tScS = thr_sdp.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));
   Tensor tQcQ = thr_dq.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<F::kDQ>>{}));
   const int key0 = n_block * kBlockN;
+  // Bulk adds are issued by the lanes of each warpgroup's first warp.
+  const bool adds_dq = p.dq_parts == 0, issues = F::kBulkDQ && adds_dq && tid % 128 < 32;
+  float* dq_stage = smem.dq.data() + (F::kBulkDQ ? consumer * kBlockM * F::kDQRow : 0);
   const int64_t row_base = (int64_t(b) * p.heads + h) * p.seqlen;  // (b, h, 0) of lse, delta and dq
 
   smem.kv_full.wait(0);
@@ -213,7 +223,9 @@ __global__ void __launch_bounds__(Bwd<kD>::kThreads, 1)
     pipe.consumer_release(state);  // q and dO read for the last time
     ++state;
 
-    // This warpgroup's dS^T rows into shared memory once its last dQ product is done with them, then dQ.
+    // This warpgroup's dS^T rows into shared memory once its last dQ product is done with them (and its dQ
+    // staging once the last bulk add has read it), then dQ.
+    if (issues) bulk_wait<true>();
     cutlass::arch::NamedBarrier::sync(128, 1 + consumer);
     // The operand holds dS^T's entries in the accumulator's order (to_operand_a), so it is read as one.
     copy(store_ds, thr_store_ds.retile_S(make_tensor(tdKrdS.data(), tSrdP.layout())), tDSsDS);
@@ -225,20 +237,34 @@ __global__ void __launch_bounds__(Bwd<kD>::kThreads, 1)
           thr_dq.partition_fragment_B(local_tile(sKt(_, _, 0), Shape<Int<F::kDQ>, _64>{}, make_coord(slice, consumer)));
       Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<F::kDQ>>{});
       wgmma<true, false>(mma_dq, tQrdS, tQrKt, tdQrdQ);
-      // Added with atomics, or this warpgroup's share of the block's rows stored apart.
-      float* dq = p.dq_parts == 0
-                      ? p.dq + row_base * kD
-                      : p.dq + ((int64_t(b) * p.heads + h) * p.dq_parts + 2 * n_block + consumer) * p.seqlen * kD;
+      // Added (staged for the bulk adds below, or with atomics), or (deterministic) this warpgroup's share of
+      // the block's rows stored apart.
+      float* dq = adds_dq ? p.dq + row_base * kD
+                          : p.dq + ((int64_t(b) * p.heads + h) * p.dq_parts + 2 * n_block + consumer) * p.seqlen * kD;
 #pragma unroll
       for (int i = 0; i < size(tdQrdQ); ++i) {
-        const int query = q0 + get<0>(tQcQ(i));
-        if (query >= p.seqlen) continue;
-        float* at = dq + int64_t(query) * kD + slice * F::kDQ + get<1>(tQcQ(i));
-        if (p.dq_parts == 0) atomicAdd(at, tdQrdQ(i) * p.scale);
-        else *at = tdQrdQ(i) * p.scale;
+        const int row = get<0>(tQcQ(i)), col = slice * F::kDQ + get<1>(tQcQ(i));
+        const float value = tdQrdQ(i) * p.scale;
+        if (F::kBulkDQ && adds_dq) {
+          dq_stage[row * F::kDQRow + col] = value;
+        } else if (q0 + row < p.seqlen) {
+          float* at = dq + int64_t(q0 + row) * kD + col;
+          if (adds_dq) atomicAdd(at, value);
+          else *at = value;
+        }
+      }
+    }
+    if (F::kBulkDQ && adds_dq) {  // each row added to dq by one bulk reduction (float32 adds in L2)
+      cutlass::arch::fence_view_async_shared();
+      cutlass::arch::NamedBarrier::sync(128, 1 + consumer);
+      if (issues) {
+        for (int row = tid % 32; row < kBlockM && q0 + row < p.seqlen; row += 32)
+          bulk_add(p.dq + (row_base + q0 + row) * kD, dq_stage + row * F::kDQRow, kD * int(sizeof(float)));
+        bulk_commit();
       }
     }
   }
+  if (issues) bulk_wait<false>();  // the last adds done before the block's shared memory goes
 
   // dK = scale dS^T Q (dV has no scale; dQ = scale dS K above), this query head's, stored.
   Tensor tKVc = thr_dkv.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kD>>{}));

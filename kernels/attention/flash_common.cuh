@@ -85,6 +85,21 @@ __device__ __forceinline__ typename Pipeline::Params pipeline_params(uint32_t by
   return pp;
 }
 
+// dst[0 .. bytes) += src[0 .. bytes) in float32, one bulk reduction from shared memory (16-byte aligned
+// pointers, bytes a multiple of 16), in this thread's current bulk group.
+__device__ __forceinline__ void bulk_add(float* dst, const float* src, int bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(dst),
+               "r"(uint32_t(__cvta_generic_to_shared(src))), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+// Waits for this thread's bulk groups: until their sources are read (kRead), or until they are done.
+template <bool kRead>
+__device__ __forceinline__ void bulk_wait() {
+  if constexpr (kRead) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+  else asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
 // Launches a kernel whose shared memory is the dynamic `smem` bytes (over the 48 KiB default).
 template <class Params>
 cudaError_t launch_with_smem(void (*kernel)(Params), const Params& p, dim3 grid, int threads, int smem,
