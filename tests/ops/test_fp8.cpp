@@ -219,7 +219,7 @@ TEST(OpsFp8, CudaPathComputesTheReferenceProducts_CUDA) {
   auto s = ops::fp8_scaling(2, torch::kCUDA);
   ops::fp8_linear(torch::randn({32, 64}, opt), torch::randn({32, 64}, opt), {}, s);
   EXPECT_EQ(s.amax_history.abs().sum().item<float>(), 0.f);
-  ops::set_cuda_kernel_enabled(ops::Kernel::kFp8, false);  // as at start
+  ops::set_cuda_kernel_enabled(ops::Kernel::kFp8, true);  // as at start
 }
 
 // One launch moves every layer on as the reference does, layer by layer: zero and NaN amaxes keep their
@@ -244,6 +244,7 @@ TEST(OpsFp8, CudaScaleUpdateIsTheReferences_CUDA) {
     ops::set_cuda_kernel_enabled(ops::Kernel::kFp8, false);
     ops::fp8_update_scales(reference, 1);
   }
+  ops::set_cuda_kernel_enabled(ops::Kernel::kFp8, true);  // as at start
   for (size_t i = 0; i < kernel.size(); ++i) {
     EXPECT_TRUE(torch::equal(kernel[i].scale, reference[i].scale)) << i << kernel[i].scale << reference[i].scale;
     EXPECT_TRUE(torch::allclose(kernel[i].amax_history, reference[i].amax_history, 0, 0, /*equal_nan=*/true)) << i;

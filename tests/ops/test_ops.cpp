@@ -225,10 +225,10 @@ TEST(OpsNormLinear, IsTheSumItsNormAndTheLayerAndNamesBadInput) {
 }
 
 TEST(OpsDispatch, OneOpsKernelTurnsOffByName) {
-  EXPECT_FALSE(ops::cuda_kernel_enabled("mlp"));            // off at start: slower than ATen's products
-  EXPECT_FALSE(ops::cuda_kernel_enabled("fp8"));            // off at start: not yet tested on a GPU
-  EXPECT_FALSE(ops::cuda_kernel_enabled("attention"));      // off at start: not yet faster than cuDNN's
-  EXPECT_FALSE(ops::cuda_kernel_enabled("attention_fp8"));  // off unless asked: it changes the numbers
+  EXPECT_FALSE(ops::cuda_kernel_enabled("mlp"));                            // off at start: slower than ATen's products
+  EXPECT_EQ(ops::cuda_kernel_enabled("fp8"), ops::cuda_kernels_enabled());  // on: tested on a GPU
+  EXPECT_FALSE(ops::cuda_kernel_enabled("attention"));                      // off at start: slower than cuDNN's
+  EXPECT_FALSE(ops::cuda_kernel_enabled("attention_fp8"));                  // off unless asked: it changes the numbers
   ops::set_cuda_kernel_enabled("mlp", true);
   EXPECT_EQ(ops::cuda_kernel_enabled("mlp"), ops::cuda_kernels_enabled());
   ops::set_cuda_kernel_enabled("gelu", false);

@@ -935,7 +935,6 @@ TEST(Trainer, QloraWithPagedEightBitMomentsOnTheGpu_CUDA) {
 // other sums), and a stop and resume gives the uninterrupted run's losses.
 TEST(Trainer, Fp8OnTheGpuFollowsTheReferencePathAndResumes_CUDA) {
   LLMTRAIN_SKIP_WITHOUT_CUDA();
-  llmtrain::ops::set_cuda_kernel_enabled("fp8", true);  // off at start
   for (const char* preset : {"tiny", "llama-tiny"}) {
     SCOPED_TRACE(preset);
     RunFolder run;
@@ -951,16 +950,15 @@ TEST(Trainer, Fp8OnTheGpuFollowsTheReferencePathAndResumes_CUDA) {
     const auto want = run_losses(full);
     ASSERT_EQ(want.size(), 10u);
     EXPECT_LT(want.back(), want.front());
-    llmtrain::ops::set_cuda_kernel_enabled("fp8", false);
+    llmtrain::ops::set_cuda_kernel_enabled("fp8", false);  // the reference path
     Trainer reference(run.config("reference", sets));
     const auto ref = run_losses(reference);
-    llmtrain::ops::set_cuda_kernel_enabled("fp8", true);
+    llmtrain::ops::set_cuda_kernel_enabled("fp8", true);  // as at start
     ASSERT_EQ(ref.size(), want.size());
     EXPECT_NE(ref, want) << "both runs took the reference path";
     for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(want[i], ref[i], 2e-2 * std::abs(ref[i])) << "step " << i + 1;
     expect_resume_follows(run, sets, want, 5);
   }
-  llmtrain::ops::set_cuda_kernel_enabled("fp8", false);
 }
 
 TEST(Trainer, StartsFromHuggingFaceAndConvertedCheckpoints) {

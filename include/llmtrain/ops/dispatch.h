@@ -40,9 +40,9 @@ bool cuda_kernels_enabled();
 /// Turns one op's CUDA path on or off, by name (one of cuda_kernel_names()); throws llmtrain::Error
 /// naming an unknown op. The process-wide switch above still rules over it. All are on at start but
 /// "mlp", whose fused cuBLASLt path is correct but slower than ATen's products on the H200 when
-/// training (without a gradient ops::mlp takes that fused forward whenever "linear" is on), "fp8",
-/// whose CUDA path has not yet passed its tests on a GPU, "attention", whose kernels have but are not
-/// yet faster than cuDNN's SDPA forward and backward, and "attention_fp8", which changes the numbers: with
+/// training (without a gradient ops::mlp takes that fused forward whenever "linear" is on), "attention",
+/// whose kernels are correct but slower than cuDNN's SDPA forward and backward, and "attention_fp8",
+/// which changes the numbers: with
 /// "attention" on, the attention kernel's forward products run in fp8 (e4m3, a scale per head; its
 /// backward stays bf16).
 ///   llmtrain::ops::set_cuda_kernel_enabled("mlp", false);  // the MLP on ATen, the rest fused
