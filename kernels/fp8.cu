@@ -32,7 +32,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float scratch[32];
   const int64_t row0 = int64_t(blockIdx.y) * kTile, col0 = int64_t(blockIdx.x) * kTile;
   const int piece = threadIdx.x % 8, r = threadIdx.x / 8;  // 8 threads a 64-element row, 32 rows a pass
-  const float s = *scale;
+  const float s = *scale != 0.f ? *scale : 1.f;            // 0: unset (ops::Fp8Scaling), cast as 1
   if (inv_scale != nullptr && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *inv_scale = 1.f / s;
   float most = 0.f;
 #pragma unroll

@@ -21,7 +21,7 @@ struct Fp8CastArgs {
   DType dtype = DType::kBFloat16;
   int64_t rows = 0, cols = 0;
   Fp8Format format = Fp8Format::kE4M3;
-  const float* scale = nullptr;  // device scalar
+  const float* scale = nullptr;  // device scalar; 0 (unset) casts as 1
   uint8_t* codes = nullptr;      // (rows, cols), or null
   uint8_t* codes_t = nullptr;    // (cols, rows): the codes transposed, or null
   float* amax = nullptr;         // device scalar raised to max |x| (NaN if any is), or null: not recorded

@@ -39,6 +39,7 @@ torch::Tensor linear(const torch::nn::Linear& layer, const torch::Tensor& x) {
   torch::Tensor y = stored ? stored->linear(x, bias_of(layer))
                     : fp8  ? ops::fp8_linear(x, layer->weight, bias_of(layer), fp8->scaling())
                            : ops::linear(x, layer->weight, bias_of(layer));
+  if (fp8 && torch::GradMode::is_enabled()) fp8->first_pass = false;  // its training pass set every scale
   if (LinearAdapterImpl* a = adapter_of(*layer)) y = a->add_to(y, x);
   return y;
 }

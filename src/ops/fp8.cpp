@@ -21,6 +21,19 @@ void record_amax(const at::Tensor& history, int64_t row, const at::Tensor& t) {
   slot.copy_(at::maximum(slot, t.detach().abs().amax().to(at::kFloat).reshape({1})));
 }
 
+// What a cast multiplies by: the scales, an unset one (0) as 1.
+at::Tensor set_or_one(const at::Tensor& scale) { return at::where(scale == 0, at::ones_like(scale), scale); }
+
+double format_max(int64_t row) { return row == 2 ? kE5M2Max : kE4M3Max; }
+
+// The one-element `scale` where it is set; where unset, max over t's amax (left unset where that amax
+// is 0 or gives no finite scale).
+at::Tensor first_scale(const at::Tensor& scale, const at::Tensor& t, double max) {
+  const at::Tensor amax = t.detach().abs().amax().to(at::kFloat).reshape({1});
+  const at::Tensor fresh = amax.reciprocal() * max;
+  return at::where((scale == 0) & (amax > 0) & at::isfinite(fresh), fresh, scale);
+}
+
 // The product of two fp8 code tensors as float32, a (..., k) with b (n, k), times the two inverse scales.
 at::Tensor scaled_product(const at::Tensor& a, const at::Tensor& b, const at::Tensor& inv) {
   return at::matmul(a.to(at::kFloat), b.to(at::kFloat).t()) * inv;
@@ -29,26 +42,31 @@ at::Tensor scaled_product(const at::Tensor& a, const at::Tensor& b, const at::Te
 struct Fp8LinearFn : torch::autograd::Function<Fp8LinearFn> {
   // No bias travels as an empty tensor: autograd's functions take no undefined inputs.
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                            const at::Tensor& bias, const at::Tensor& history, const at::Tensor& scale, bool record) {
+                            const at::Tensor& bias, const at::Tensor& history, const at::Tensor& scale_in, bool record,
+                            bool first_pass) {
     if (record) {
       record_amax(history, 0, x);
       record_amax(history, 1, weight);
     }
+    const at::Tensor scale = set_or_one(scale_in);
     const at::Tensor qx = fp8_codes(x, scale.narrow(0, 0, 1), at::kFloat8_e4m3fn),
                      qw = fp8_codes(weight, scale.narrow(0, 1, 1), at::kFloat8_e4m3fn);
     const at::Tensor inv = scale.reciprocal();
     at::Tensor y = scaled_product(qx, qw, inv[0] * inv[1]);
     if (bias.numel() > 0) y = y + bias.to(at::kFloat);
-    ctx->save_for_backward({qx, qw, history, scale});
+    ctx->save_for_backward({qx, qw, history, scale_in});
     ctx->saved_data["has_bias"] = bias.numel() > 0;
+    ctx->saved_data["first_pass"] = first_pass;
     return y.to(x.scalar_type());
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const at::Tensor &qx = saved[0], &qw = saved[1], &history = saved[2], &scale = saved[3];
+    const at::Tensor &qx = saved[0], &qw = saved[1], &history = saved[2];
     const at::Tensor& dy = grads[0];
+    if (ctx->saved_data["first_pass"].toBool()) fp8_first_scale({history, saved[3]}, 2, dy);
+    const at::Tensor scale = set_or_one(saved[3]);
     record_amax(history, 2, dy);
     const at::Tensor qdy = fp8_codes(dy, scale.narrow(0, 2, 1), at::kFloat8_e5m2);
     const at::Tensor inv = scale.reciprocal();
@@ -60,7 +78,7 @@ struct Fp8LinearFn : torch::autograd::Function<Fp8LinearFn> {
     }
     if (ctx->needs_input_grad(2) && ctx->saved_data["has_bias"].toBool())
       db = dy.reshape({-1, dy.size(-1)}).to(at::kFloat).sum(0).to(dy.scalar_type());
-    return {dx, dw, db, at::Tensor(), at::Tensor(), at::Tensor()};
+    return {dx, dw, db, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -86,7 +104,7 @@ at::Tensor fp8_codes(const at::Tensor& x, const at::Tensor& scale, at::ScalarTyp
 Fp8Scaling fp8_scaling(int64_t history, const at::Device& device) {
   LLMTRAIN_CHECK(history >= 1, "fp8 amax history must hold at least one step, got ", history);
   const auto f = at::TensorOptions().dtype(at::kFloat).device(device);
-  return {at::zeros({3, history}, f), at::ones({3}, f)};
+  return {at::zeros({3, history}, f), at::zeros({3}, f)};
 }
 
 at::Tensor fp8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, const Fp8Scaling& s) {
@@ -103,12 +121,32 @@ at::Tensor fp8_linear(const at::Tensor& x, const at::Tensor& weight, const at::T
   // Recorded in training's passes, not in evaluation's or sampling's (grad mode off; inside apply it is
   // always off).
   const bool record = at::GradMode::is_enabled();
+  Fp8Scaling use = s;
+  if (s.first_pass) {
+    if (record) {
+      fp8_first_scale(s, 0, x);
+      fp8_first_scale(s, 1, weight);
+    } else {  // evaluation: this call's scales, the layer's left unset
+      at::NoGradGuard no_grad;
+      use.scale = s.scale.clone();
+      use.scale.narrow(0, 0, 1).copy_(first_scale(s.scale.narrow(0, 0, 1), x, kE4M3Max));
+      use.scale.narrow(0, 1, 1).copy_(first_scale(s.scale.narrow(0, 1, 1), weight, kE4M3Max));
+    }
+  }
+  use.first_pass = s.first_pass && record;  // the output gradient's scale, in backward
 #if LLMTRAIN_WITH_CUDA
-  if (cuda_kernel_enabled(Kernel::kFp8) && cuda::fp8_supported(x, weight, bias, s))
-    return cuda::fp8_linear(x, weight, bias, s, record);
+  if (cuda_kernel_enabled(Kernel::kFp8) && cuda::fp8_supported(x, weight, bias, use))
+    return cuda::fp8_linear(x, weight, bias, use, record);
 #endif
   const at::Tensor b = bias.defined() ? bias : at::empty({0}, x.options());
-  return Fp8LinearFn::apply(x, weight, b, s.amax_history, s.scale, record);
+  return Fp8LinearFn::apply(x, weight, b, use.amax_history, use.scale, record, use.first_pass);
+}
+
+void fp8_first_scale(const Fp8Scaling& s, int64_t row, const at::Tensor& t) {
+  LLMTRAIN_CHECK(row >= 0 && row < 3, "fp8_first_scale: row must be 0, 1 or 2, got ", row);
+  at::NoGradGuard no_grad;
+  at::Tensor slot = s.scale.narrow(0, row, 1);
+  slot.copy_(first_scale(slot, t, format_max(row)));
 }
 
 void fp8_update_scales(const Fp8Scaling& s, int64_t margin) { fp8_update_scales(std::vector<Fp8Scaling>{s}, margin); }

@@ -93,7 +93,8 @@ void product(int64_t m, int64_t n, int64_t k, const at::Tensor& a, const at::Ten
 
 struct Fp8LinearCudaFn : torch::autograd::Function<Fp8LinearCudaFn> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                            const at::Tensor& bias, const at::Tensor& history, const at::Tensor& scale, bool record) {
+                            const at::Tensor& bias, const at::Tensor& history, const at::Tensor& scale, bool record,
+                            bool first_pass) {
     const Fp8Scaling s{history, scale};
     const int64_t in = weight.size(1), out = weight.size(0), N = x.numel() / in;
     const at::Tensor xp = packed(x).view({N, in}), wp = packed(weight);
@@ -106,6 +107,7 @@ struct Fp8LinearCudaFn : torch::autograd::Function<Fp8LinearCudaFn> {
     product(out, N, in, qw, qx, inv, 1, 0, y, bias.numel() > 0 ? packed(bias) : at::Tensor(), /*fast=*/true);
     ctx->save_for_backward({qx_t, qw_t, history, scale, inv});
     ctx->saved_data["has_bias"] = bias.numel() > 0;
+    ctx->saved_data["first_pass"] = first_pass;
     auto sizes = x.sizes().vec();
     sizes.back() = out;
     return y.view(sizes);
@@ -119,6 +121,7 @@ struct Fp8LinearCudaFn : torch::autograd::Function<Fp8LinearCudaFn> {
     const Fp8Scaling s{saved[2], saved[3]};
     const int64_t in = qw_t.size(0), out = qw_t.size(1), N = qx_t.size(1);
     const at::Tensor dyp = packed(grads[0]).view({N, out});
+    if (ctx->saved_data["first_pass"].toBool()) fp8_first_scale(s, 2, dyp);
     const bool need_dx = ctx->needs_input_grad(0), need_dw = ctx->needs_input_grad(1);
     at::Tensor qdy, qdy_t, dx, dw, db;
     cast(dyp, s, 2, kernels::Fp8Format::kE5M2, /*record=*/true, inv, need_dx ? &qdy : nullptr,
@@ -136,7 +139,7 @@ struct Fp8LinearCudaFn : torch::autograd::Function<Fp8LinearCudaFn> {
     }
     if (ctx->needs_input_grad(2) && ctx->saved_data["has_bias"].toBool())
       db = dyp.sum(0, /*keepdim=*/false, at::kFloat).to(dyp.scalar_type());
-    return {dx, dw, db, at::Tensor(), at::Tensor(), at::Tensor()};
+    return {dx, dw, db, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -160,7 +163,7 @@ bool fp8_supported(const at::Tensor& x, const at::Tensor& weight, const at::Tens
 at::Tensor fp8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, const Fp8Scaling& s,
                       bool record) {
   const at::Tensor b = bias.defined() ? bias : at::empty({0}, x.options());
-  return Fp8LinearCudaFn::apply(x, weight, b, s.amax_history, s.scale, record);
+  return Fp8LinearCudaFn::apply(x, weight, b, s.amax_history, s.scale, record, s.first_pass);
 }
 
 bool fp8_update_supported(const std::vector<Fp8Scaling>& layers) {

@@ -13,7 +13,8 @@ namespace llmtrain::ops::cuda {
 /// capability 8.9 or newer), x and the weight bf16 or fp16 (the bias too), the weight's sizes and x's
 /// rows multiples of 16 (cuBLASLt's fp8 products want them), the scaling on x's device.
 bool fp8_supported(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, const Fp8Scaling& s);
-/// ops::fp8_linear on them (an autograd function); `record`: the amaxes of x and W go into the history.
+/// ops::fp8_linear on them (an autograd function); `record`: the amaxes of x and W go into the history;
+/// with s.first_pass, backward sets the output gradient's scale where it is unset (ops::fp8_first_scale).
 at::Tensor fp8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, const Fp8Scaling& s,
                       bool record);
 /// True when every layer's scaling is on one CUDA device, contiguous.

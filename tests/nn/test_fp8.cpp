@@ -50,13 +50,13 @@ TEST(Fp8, ModelsTrainThroughFp8LayersNearFullPrecision) {
     EXPECT_EQ(int64_t(llmtrain::nn::enable_fp8(fp8->module(), 4, {}).size()), heads) << "none twice";
     const auto idx = torch::randint(full->vocab_size(), {2, 33}, torch::kLong);
     const Pass want = run(*full, idx);
-    run(*fp8, idx);  // the first step's scales are 1: it fills the histories
-    EXPECT_EQ(llmtrain::nn::update_fp8_scales(fp8->module(), 0), linears);
-    for (const auto& b : fp8->module().named_buffers()) {  // the first step's amaxes set every scale
+    run(*fp8, idx);  // the first step takes its scales from its own tensors and fills the histories
+    for (const auto& b : fp8->module().named_buffers()) {
       if (b.key().find(".fp8.scale") != std::string::npos) {
-        EXPECT_FALSE(torch::equal(b.value(), torch::ones({3}))) << b.key();
+        EXPECT_TRUE(b.value().gt(0).all().item<bool>()) << b.key() << " " << b.value();
       }
     }
+    EXPECT_EQ(llmtrain::nn::update_fp8_scales(fp8->module(), 0), linears);
     const Pass got = run(*fp8, idx);
     EXPECT_NEAR(got.loss, want.loss, 0.02 * want.loss);
     ASSERT_EQ(got.grads.size(), want.grads.size());

@@ -151,9 +151,60 @@ TEST(OpsFp8, ScaledProductsStayWithinTheFormatsError) {
   EXPECT_GT(saturated, 10 * err);
 }
 
+// Before the first update, the first training pass takes each unset scale from its own tensor (scale 1
+// would put these weights among e4m3's subnormals and these gradients below e5m2's smallest value), on
+// both paths; evaluation before it takes the same scales for its call and leaves them unset; without
+// first_pass an unset scale casts as 1.
+TEST(OpsFp8, TheFirstPassScalesItsOwnTensors) {
+  std::vector<torch::Device> devices = {torch::kCPU};
+  if (torch::cuda::is_available()) devices.push_back(torch::kCUDA);
+  for (const auto& device : devices) {
+    SCOPED_TRACE(device.str());
+    torch::manual_seed(8);
+    const auto opt = torch::TensorOptions().device(device).dtype(torch::kBFloat16);
+    const auto x0 = torch::randn({64, 64}, opt), w0 = torch::randn({32, 64}, opt) * 0.01;
+    const auto dy = torch::randn({64, 32}, opt) * 1e-6;
+    const auto amax = [](const torch::Tensor& t) { return t.abs().max().to(torch::kFloat).item<double>(); };
+    const auto exact = torch::matmul(x0.to(torch::kDouble), w0.to(torch::kDouble).t());
+    const auto error = [&](const torch::Tensor& y) {
+      return (y.to(torch::kDouble) - exact).norm().item<double>() / exact.norm().item<double>();
+    };
+    auto s = ops::fp8_scaling(2, device);
+    {
+      torch::NoGradGuard no_grad;
+      const double e = error(ops::fp8_linear(x0, w0, {}, s));
+      EXPECT_LT(e, 0.05) << "evaluation takes the first-pass scales";
+      EXPECT_EQ(s.scale.abs().sum().item<float>(), 0.f) << "and leaves them unset";
+    }
+    const auto x = x0.clone().requires_grad_(), w = w0.clone().requires_grad_();
+    const auto y = ops::fp8_linear(x, w, {}, s);
+    y.backward(dy);
+    const auto scale = s.scale.cpu();
+    EXPECT_NEAR(scale[0].item<double>(), ops::kE4M3Max / amax(x0), 1e-3 * scale[0].item<double>());
+    EXPECT_NEAR(scale[1].item<double>(), ops::kE4M3Max / amax(w0), 1e-3 * scale[1].item<double>());
+    EXPECT_NEAR(scale[2].item<double>(), ops::kE5M2Max / amax(dy), 1e-3 * scale[2].item<double>());
+    EXPECT_LT(error(y), 0.05);
+    const auto want_dw = torch::matmul(dy.to(torch::kDouble).t(), x0.to(torch::kDouble));
+    const double dw_error =
+        (w.grad().to(torch::kDouble) - want_dw).norm().item<double>() / want_dw.norm().item<double>();
+    EXPECT_LT(dw_error, 0.1);
+    // Without first_pass (as the layer holds it after that pass) an unset scale casts as 1: the same
+    // gradient's codes lose most of it (e5m2's smallest value is 2^-16).
+    auto unset = ops::fp8_scaling(2, device);
+    unset.first_pass = false;
+    const auto w1 = w0.clone().requires_grad_();
+    ops::fp8_linear(x0, w1, {}, unset).backward(dy);
+    EXPECT_EQ(unset.scale.abs().sum().item<float>(), 0.f);
+    const double dw1_error =
+        (w1.grad().to(torch::kDouble) - want_dw).norm().item<double>() / want_dw.norm().item<double>();
+    EXPECT_GT(dw1_error, 0.3);
+  }
+}
+
 TEST(OpsFp8, ScalesFollowTheAmaxHistory) {
   auto s = ops::fp8_scaling(3, torch::kCPU);
-  EXPECT_TRUE(torch::equal(s.scale, torch::ones({3})));
+  EXPECT_TRUE(torch::equal(s.scale, torch::zeros({3})));  // unset
+  s.scale.fill_(1);
   s.amax_history.copy_(torch::tensor({{2.f, 8.f, 1.f}, {0.f, 0.f, 0.f}, {100.f, 3.f, 4.f}}));
   ops::fp8_update_scales(s, 0);
   EXPECT_FLOAT_EQ(s.scale[0].item<float>(), float(ops::kE4M3Max / 8));

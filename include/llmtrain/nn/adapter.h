@@ -42,8 +42,9 @@ class StoredWeightImpl : public torch::nn::Module {
 class Fp8LayerImpl : public torch::nn::Module {
  public:
   Fp8LayerImpl(int64_t history, const torch::Device& device);
-  ops::Fp8Scaling scaling() const { return {amax_history, scale}; }
+  ops::Fp8Scaling scaling() const { return {amax_history, scale, first_pass}; }
   torch::Tensor amax_history, scale;
+  bool first_pass = true;  // until the layer's first training pass: its scales may be unset
 };
 
 /// The child names they are registered under.
