@@ -46,12 +46,14 @@ class SideStream {
 
 /// Captures f() into `graph` (memory from `pool`; {0, 0}: a new pool) on `side` and returns what f
 /// returned, whose memory the replays rewrite. A failed capture ends the stream's capture and throws
-/// llmtrain::Error: "`what` cannot be captured as a CUDA graph (why); `hint`".
+/// llmtrain::Error: "`what` cannot be captured as a CUDA graph (why); `hint`". The capture forbids
+/// unsafe calls (host waits and the like) on this thread only: the data loader's thread takes pinned
+/// host memory meanwhile, whose allocator queries events, and a global capture ended on that at random.
 template <typename F>
 auto capture_graph(SideStream& side, at::cuda::CUDAGraph& graph, at::cuda::MempoolId_t pool, const char* what,
                    const char* hint, F&& f) -> decltype(f()) {
   return side.run([&] {
-    graph.capture_begin(pool);
+    graph.capture_begin(pool, cudaStreamCaptureModeThreadLocal);
     try {
       auto out = f();
       graph.capture_end();

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
@@ -834,6 +835,47 @@ TEST(GraphedStep, RejectsInputsOffTheGPU) {
     return loss.detach();
   });
   expect_error([&] { g.run(torch::randn({3}), torch::zeros({3}, torch::kLong), true); }, {"one CUDA device"});
+}
+
+// The data loader's thread takes pinned host memory and copies from it while a micro-step is captured
+// (its allocator queries events then): the capture is the capturing thread's alone and survives that.
+TEST(GraphedStep, CapturesWhileAnotherThreadCopiesFromPinnedMemory_CUDA) {
+  LLMTRAIN_SKIP_WITHOUT_CUDA();
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  auto w = torch::randn({256}, cuda).requires_grad_();
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> rounds{0};
+  std::thread other([&] {
+    torch::NoGradGuard no_grad;
+    while (!stop) {
+      const auto host = torch::empty({1 << 16}, torch::TensorOptions().pinned_memory(true));
+      const auto device = host.to(torch::kCUDA, /*non_blocking=*/true);
+      ++rounds;
+    }
+  });
+  llmtrain::train::GraphedStep g({w}, [&](const torch::Tensor& x, const torch::Tensor&) {
+    auto y = x;
+    for (int i = 0; i < 300; ++i) y = torch::tanh(y * w + 0.1);  // long enough to overlap the other thread
+    const auto loss = y.sum();
+    loss.backward();
+    return loss.detach();
+  });
+  const auto x = torch::randn({256}, cuda), targets = torch::zeros({256}, cuda.dtype(torch::kLong));
+  std::vector<float> losses;
+  try {
+    for (int i = 0; i < 6; ++i) {
+      w.mutable_grad() = torch::Tensor();
+      losses.push_back(g.run(x, targets, /*first=*/true).item<float>());
+    }
+  } catch (...) {
+    stop = true;
+    other.join();
+    throw;
+  }
+  stop = true;
+  other.join();
+  EXPECT_GT(rounds.load(), 0);
+  for (float l : losses) EXPECT_EQ(l, losses[0]) << "the replays compute what the eager call did";
 }
 
 TEST(Trainer, CudaGraphStepsEqualEagerSteps_CUDA) {
