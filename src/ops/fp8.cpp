@@ -24,16 +24,6 @@ void record_amax(const at::Tensor& history, int64_t row, const at::Tensor& t) {
 // What a cast multiplies by: the scales, an unset one (0) as 1.
 at::Tensor set_or_one(const at::Tensor& scale) { return at::where(scale == 0, at::ones_like(scale), scale); }
 
-double format_max(int64_t row) { return row == 2 ? kE5M2Max : kE4M3Max; }
-
-// The one-element `scale` where it is set; where unset, max over t's amax (left unset where that amax
-// is 0 or gives no finite scale).
-at::Tensor first_scale(const at::Tensor& scale, const at::Tensor& t, double max) {
-  const at::Tensor amax = t.detach().abs().amax().to(at::kFloat).reshape({1});
-  const at::Tensor fresh = amax.reciprocal() * max;
-  return at::where((scale == 0) & (amax > 0) & at::isfinite(fresh), fresh, scale);
-}
-
 // The product of two fp8 code tensors as float32, a (..., k) with b (n, k), times the two inverse scales.
 at::Tensor scaled_product(const at::Tensor& a, const at::Tensor& b, const at::Tensor& inv) {
   return at::matmul(a.to(at::kFloat), b.to(at::kFloat).t()) * inv;
@@ -123,15 +113,9 @@ at::Tensor fp8_linear(const at::Tensor& x, const at::Tensor& weight, const at::T
   const bool record = at::GradMode::is_enabled();
   Fp8Scaling use = s;
   if (s.first_pass) {
-    if (record) {
-      fp8_first_scale(s, 0, x);
-      fp8_first_scale(s, 1, weight);
-    } else {  // evaluation: this call's scales, the layer's left unset
-      at::NoGradGuard no_grad;
-      use.scale = s.scale.clone();
-      use.scale.narrow(0, 0, 1).copy_(first_scale(s.scale.narrow(0, 0, 1), x, kE4M3Max));
-      use.scale.narrow(0, 1, 1).copy_(first_scale(s.scale.narrow(0, 1, 1), weight, kE4M3Max));
-    }
+    if (!record) use.scale = s.scale.clone();  // evaluation: this call's scales, the layer's left unset
+    fp8_first_scale(use, 0, x);
+    fp8_first_scale(use, 1, weight);
   }
   use.first_pass = s.first_pass && record;  // the output gradient's scale, in backward
 #if LLMTRAIN_WITH_CUDA
@@ -146,7 +130,9 @@ void fp8_first_scale(const Fp8Scaling& s, int64_t row, const at::Tensor& t) {
   LLMTRAIN_CHECK(row >= 0 && row < 3, "fp8_first_scale: row must be 0, 1 or 2, got ", row);
   at::NoGradGuard no_grad;
   at::Tensor slot = s.scale.narrow(0, row, 1);
-  slot.copy_(first_scale(slot, t, format_max(row)));
+  const at::Tensor amax = t.detach().abs().amax().to(at::kFloat).reshape({1});
+  const at::Tensor fresh = amax.reciprocal() * (row == 2 ? kE5M2Max : kE4M3Max);
+  slot.copy_(at::where((slot == 0) & (amax > 0) & at::isfinite(fresh), fresh, slot));
 }
 
 void fp8_update_scales(const Fp8Scaling& s, int64_t margin) { fp8_update_scales(std::vector<Fp8Scaling>{s}, margin); }
