@@ -19,8 +19,8 @@ struct Switch {
 // The MLP's cuBLASLt epilogues start off: on the H200 the fused MLP took 1.02 ms against ATen's
 // 0.87 (products + GELU kernel) for GPT-2 124M's layer, forward and backward (benchmarks/README.md).
 // The Hopper attention kernels passed their tests (sessions 28 and 29) but take 0.89 ms for GPT-2 124M's
-// layer forward and backward on an H100, where cuDNN's SDPA kernels take 0.37, so they start off too. Attention's fp8
-// forward is a choice of precision, off unless asked.
+// layer forward and backward on an H100, where cuDNN's SDPA kernels take 0.37, so they start off too.
+// Attention's fp8 forward is a choice of precision, off unless asked.
 constexpr Switch kSwitches[] = {
     {Kernel::kEmbedding, "embedding", true},
     {Kernel::kLayerNorm, "layer_norm", true},

@@ -139,7 +139,8 @@ std::vector<Field> fields(TrainerConfig& c) {
       {"train.fp8", &c.train.fp8,
        "the linear layers' products in fp8 (inputs and weights e4m3, their gradients e5m2, each tensor scaled by "
        "its amax over the last fp8_history steps; the scales are kept in checkpoints); needs precision "
-       "bf16-master and peft.method none. The reference path (ops/fp8.h) for now: fp8's numbers, not its speed"},
+       "bf16-master and peft.method none. On a GPU with fp8 tensor cores cuBLASLt's fp8 products; on the CPU the "
+       "reference path (ops/fp8.h): fp8's numbers, not its speed"},
       {"train.fp8_history", &c.train.fp8_history, "fp8: the steps of amaxes each scale is taken from"},
       {"train.fp8_margin", &c.train.fp8_margin, "fp8: each scale 2^margin below the largest that fits the amax"},
       {"train.fp8_skip", &c.train.fp8_skip, "fp8: linear layers kept in bf16, by name or dotted suffix"},

@@ -42,9 +42,8 @@ bool cuda_kernels_enabled();
 /// "mlp", whose fused cuBLASLt path is correct but slower than ATen's products on the H200 when
 /// training (without a gradient ops::mlp takes that fused forward whenever "linear" is on), "attention",
 /// whose kernels are correct but slower than cuDNN's SDPA forward and backward, and "attention_fp8",
-/// which changes the numbers: with
-/// "attention" on, the attention kernel's forward products run in fp8 (e4m3, a scale per head; its
-/// backward stays bf16).
+/// which changes the numbers: with "attention" on, the attention kernel's forward products run in fp8
+/// (e4m3, a scale per head; its backward stays bf16).
 ///   llmtrain::ops::set_cuda_kernel_enabled("mlp", false);  // the MLP on ATen, the rest fused
 void set_cuda_kernel_enabled(const std::string& op, bool enabled);
 /// Whether `op`'s CUDA path is on: its own switch and the process-wide one.

@@ -25,8 +25,9 @@ at::Tensor fp8_codes(const at::Tensor& x, const at::Tensor& scale, at::ScalarTyp
 
 /// One linear layer's delayed scaling, float32 tensors on the layer's device: amax_history (3, H), rows
 /// the input, the weight and the output's gradient, column 0 the current step's; scale (3), the
-/// multipliers into fp8 (0: unset, which casts as 1). `first_pass`: a scale may still be unset, so each call looks (an
-/// amax pass over the tensors; the owner clears it after its first training pass to save that).
+/// multipliers into fp8 (0: unset, which casts as 1). `first_pass`: a scale may still be unset, so each
+/// call looks (an amax pass over the tensors; the owner clears it after its first training pass to save
+/// that).
 struct Fp8Scaling {
   at::Tensor amax_history;
   at::Tensor scale;
