@@ -31,7 +31,8 @@ struct FlashArgs {
 };
 
 /// True when launch_flash_forward takes these: bf16, head dim 64 or 128, pointers 16-byte aligned,
-/// strides multiples of 8 elements (the TMA's 16 bytes), sizes within int32.
+/// strides multiples of 8 elements (the TMA's 16 bytes), sizes within int32 (and T within the backward's
+/// grid: 65535 blocks of 128 keys).
 bool flash_fits(const FlashArgs& args);
 /// One operand's part of that (q, k, v, or a backward pass's dout): its pointer 16-byte aligned, its
 /// strides multiples of 8 elements.
@@ -68,14 +69,19 @@ cudaError_t launch_flash_fp8_quantize(const FlashArgs& args, const FlashFp8& cod
 cudaError_t launch_flash_fp8_forward(const FlashArgs& args, const FlashFp8& codes, cudaStream_t stream);
 
 struct FlashBackwardArgs {
-  FlashArgs forward;       // q, k, v, o and lse as the forward wrote them (o's strides multiples of 8 elements)
-  FlashTensor dout;        // (B, H, T, D), D contiguous, as flash_fits asks of q
-  float* delta = nullptr;  // (B, H, T) float32 scratch: the call writes rowsum(dout o) there first
-  // dq, float32: (B, H, T, D), zeroed by the call and added to in no fixed order; or, deterministic,
-  // (B, H, parts, T, D), zeroed by the caller, with parts = flash_dq_parts(T): each block's share stored
-  // apart, for the caller to sum over parts.
-  float* dq = nullptr;
+  FlashArgs forward;  // q, k, v, o and lse as the forward wrote them (o's strides multiples of 8 elements)
+  FlashTensor dout;   // (B, H, T, D), D contiguous, as flash_fits asks of q
+  // float32 scratch of flash_delta_floats(forward) floats: the call writes each row's rowsum(dout o) and
+  // log-sum-exp there first, padded to whole tiles.
+  float* delta = nullptr;
+  // dq's float32 sums, scratch of flash_dq_accum_floats(forward, deterministic) floats in the kernel's own
+  // order: one tile of 64 queries added to by every block of keys (in no fixed order), or, deterministic,
+  // each block's share stored apart and summed in the order of the blocks.
+  float* dq_accum = nullptr;
   bool deterministic = false;
+  // dq (B, H, T, D) bf16 at these strides (multiples of 8 elements, D contiguous), written last.
+  void* dq = nullptr;
+  int64_t dq_batch_stride = 0, dq_head_stride = 0, dq_row_stride = 0;
   // dk and dv (B, H, T, D) per query head (a group's heads are the caller's to sum), float32 or, with
   // bf16_dkv, rounded to bf16.
   void* dk = nullptr;
@@ -83,12 +89,14 @@ struct FlashBackwardArgs {
   bool bf16_dkv = false;
 };
 
-/// How many shares of dq a deterministic backward stores per (b, h): two per block of 128 keys.
-int64_t flash_dq_parts(int64_t seqlen);
+/// The floats of FlashBackwardArgs::delta.
+int64_t flash_delta_floats(const FlashArgs& args);
+/// The floats of FlashBackwardArgs::dq_accum.
+int64_t flash_dq_accum_floats(const FlashArgs& args, bool deterministic);
 
 /// The gradients of launch_flash_forward's o with respect to q, k and v, given dout (see
 /// FlashBackwardArgs): dk and dv are stored, bitwise reproducible; dq is reproducible only when
-/// deterministic. Two kernels: rowsum(dout o) (and dq zeroed), then the gradients.
+/// deterministic. Three kernels: rowsum(dout o) (and dq_accum zeroed), the gradients, dq's rounding.
 cudaError_t launch_flash_backward(const FlashBackwardArgs& args, cudaStream_t stream);
 
 }  // namespace llmtrain::kernels

@@ -44,11 +44,10 @@ template <class L, int kRows, int kD, int kStages>
 using Transposed =
     decltype(composition(L{}, make_ordered_layout(Shape<Int<kD>, Int<kRows>, Int<kStages>>{}, Step<_2, _1, _3>{})));
 
-// One batch of wgmma over K: C (+)= A B, waited for before returning. kRegA: A in registers (else
-// descriptors of shared memory).
-template <bool kZeroInit, bool kRegA, class Mma, class TA, class TB, class TC>
-__device__ __forceinline__ void wgmma(Mma& mma, TA& a, TB const& b, TC& c) {
-  if constexpr (kRegA) warpgroup_fence_operand(a);
+// One batch of wgmma over K: C (+)= A B (C zeroed first with kZeroInit), committed and not waited for: the
+// caller waits (warpgroup_wait) and fences C before reading it, and leaves a register A alone until then.
+template <bool kZeroInit, class Mma, class TA, class TB, class TC>
+__device__ __forceinline__ void wgmma_issue(Mma& mma, TA& a, TB const& b, TC& c) {
   warpgroup_fence_operand(c);
   warpgroup_arrive();
   if constexpr (kZeroInit) mma.accumulate_ = GMMA::ScaleOut::Zero;
@@ -58,6 +57,13 @@ __device__ __forceinline__ void wgmma(Mma& mma, TA& a, TB const& b, TC& c) {
     mma.accumulate_ = GMMA::ScaleOut::One;
   }
   warpgroup_commit_batch();
+}
+
+// wgmma_issue, waited for before returning. kRegA: A in registers (else descriptors of shared memory).
+template <bool kZeroInit, bool kRegA, class Mma, class TA, class TB, class TC>
+__device__ __forceinline__ void wgmma(Mma& mma, TA& a, TB const& b, TC& c) {
+  if constexpr (kRegA) warpgroup_fence_operand(a);
+  wgmma_issue<kZeroInit>(mma, a, b, c);
   warpgroup_wait<0>();
   warpgroup_fence_operand(c);
   if constexpr (kRegA) warpgroup_fence_operand(a);
@@ -85,10 +91,24 @@ __device__ __forceinline__ typename Pipeline::Params pipeline_params(uint32_t by
   return pp;
 }
 
+// dst[0 .. bytes) = src[0 .. bytes) from global memory, one bulk copy that completes `bytes` of the
+// transaction barrier `bar` (16-byte aligned pointers, bytes a multiple of 16).
+__device__ __forceinline__ void bulk_load(float* dst, const float* src, int bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   uint32_t(__cvta_generic_to_shared(dst))),
+               "l"(src), "r"(bytes), "r"(uint32_t(__cvta_generic_to_shared(bar)))
+               : "memory");
+}
 // dst[0 .. bytes) += src[0 .. bytes) in float32, one bulk reduction from shared memory (16-byte aligned
 // pointers, bytes a multiple of 16), in this thread's current bulk group.
 __device__ __forceinline__ void bulk_add(float* dst, const float* src, int bytes) {
   asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(dst),
+               "r"(uint32_t(__cvta_generic_to_shared(src))), "r"(bytes)
+               : "memory");
+}
+// dst[0 .. bytes) = src[0 .. bytes), one bulk copy from shared memory (as bulk_add asks).
+__device__ __forceinline__ void bulk_store(float* dst, const float* src, int bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst),
                "r"(uint32_t(__cvta_generic_to_shared(src))), "r"(bytes)
                : "memory");
 }

@@ -62,7 +62,7 @@ kernels::FlashArgs flash_args(const at::Tensor& q, const at::Tensor& k, const at
 }
 
 // Forward on the kernel (bf16, or with fp8 products from e4m3 codes made here) keeping q, k, v, o and
-// the rows' log-sum-exp; backward on the bf16 kernel: dq summed in float32 and rounded at the end, dk and dv
+// the rows' log-sum-exp; backward on the bf16 kernel: dq summed in float32 and rounded by its last kernel, dk and dv
 // rounded by the kernel (in float32 when a group's heads are summed here).
 struct FlashAttentionFn : torch::autograd::Function<FlashAttentionFn> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
@@ -107,19 +107,19 @@ struct FlashAttentionFn : torch::autograd::Function<FlashAttentionFn> {
     if (dout.stride(3) != 1 || !kernels::flash_fits(flash_tensor(dout)))
       dout = dout.transpose(1, 2).contiguous().transpose(1, 2);  // (B, T, H, D) storage, as o's
     const int64_t B = q.size(0), H = q.size(1), KV = k.size(1), T = q.size(2), D = q.size(3);
-    // Under at::globalContext().deterministicAlgorithms(), dq's shares are stored apart and summed here in
-    // a fixed order (memory: one dq per 64 keys) instead of added in no fixed order.
+    // Under at::globalContext().deterministicAlgorithms(), dq's shares are stored apart and summed in a
+    // fixed order (memory: one float32 dq per 128 keys) instead of added in no fixed order.
     const bool deterministic = at::globalContext().deterministicAlgorithms();
     const auto f32 = q.options().dtype(at::kFloat);
-    at::Tensor dq =  // the kernel zeroes the one it adds to
-        deterministic ? at::zeros({B, H, kernels::flash_dq_parts(T), T, D}, f32) : at::empty({B, H, T, D}, f32);
+    kernels::FlashBackwardArgs a;
+    a.forward = flash_args(q, k, v);
+    const at::Tensor dq_accum = at::empty({kernels::flash_dq_accum_floats(a.forward, deterministic)}, f32);
+    at::Tensor dq = at::empty({B, T, H, D}, q.options()).transpose(1, 2);  // (B, T, H, D) storage, as o's
     // Without groups to sum, the kernel rounds dk and dv to bf16 itself.
     const bool grouped_heads = KV != H;
     const auto dkv_options = grouped_heads ? f32 : q.options();
     at::Tensor dk = at::empty({B, H, T, D}, dkv_options), dv = at::empty({B, H, T, D}, dkv_options);
-    const at::Tensor delta = at::empty({B, H, T}, f32);
-    kernels::FlashBackwardArgs a;
-    a.forward = flash_args(q, k, v);
+    const at::Tensor delta = at::empty({kernels::flash_delta_floats(a.forward)}, f32);
     a.forward.o = out.data_ptr();
     a.forward.o_batch_stride = out.stride(0);
     a.forward.o_head_stride = out.stride(1);
@@ -127,16 +127,19 @@ struct FlashAttentionFn : torch::autograd::Function<FlashAttentionFn> {
     a.forward.lse = lse.data_ptr<float>();
     a.dout = flash_tensor(dout);
     a.delta = delta.data_ptr<float>();
-    a.dq = dq.data_ptr<float>();
+    a.dq_accum = dq_accum.data_ptr<float>();
     a.deterministic = deterministic;
+    a.dq = dq.data_ptr();
+    a.dq_batch_stride = dq.stride(0);
+    a.dq_head_stride = dq.stride(1);
+    a.dq_row_stride = dq.stride(2);
     a.dk = dk.data_ptr();
     a.dv = dv.data_ptr();
     a.bf16_dkv = !grouped_heads;
     LLMTRAIN_CUDA_CHECK(kernels::launch_flash_backward(a, at::cuda::getCurrentCUDAStream()));
-    if (deterministic) dq = dq.sum(2);
     // A key/value head's gradient is the sum over the query heads of its group.
     const auto grouped = [&](const at::Tensor& g) { return grouped_heads ? g.view({B, KV, H / KV, T, D}).sum(2) : g; };
-    return {dq.to(q.scalar_type()), grouped(dk).to(k.scalar_type()), grouped(dv).to(v.scalar_type()), at::Tensor()};
+    return {dq, grouped(dk).to(k.scalar_type()), grouped(dv).to(v.scalar_type()), at::Tensor()};
   }
 };
 
