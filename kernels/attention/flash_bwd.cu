@@ -395,6 +395,11 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// Per (b, h): tiles of kBlockM queries, and blocks of kBlockN keys (a deterministic dq's shares); both head
+// dims tile alike.
+int64_t query_tiles(int64_t seqlen) { return ceil_div(seqlen, int64_t(Bwd<64>::kBlockM)); }
+int64_t key_blocks(int64_t seqlen) { return ceil_div(seqlen, int64_t(Bwd<64>::kBlockN)); }
+
 template <int kD>
 cudaError_t launch(const FlashBackwardArgs& a, cudaStream_t stream) {
   using F = Bwd<kD>;
@@ -407,8 +412,8 @@ cudaError_t launch(const FlashBackwardArgs& a, cudaStream_t stream) {
   const auto k = gmem(f.k, f.seqlen, kD, f.kv_heads, f.batch), v = gmem(f.v, f.seqlen, kD, f.kv_heads, f.batch);
   const auto qdo_tile = Shape<Int<F::kBlockM>, Int<kD>>{};
   const auto kv_tile = Shape<Int<F::kBlockN>, Int<kD>>{};
-  const int tiles = int(ceil_div(f.seqlen, int64_t(F::kBlockM)));
-  const int parts = a.deterministic ? int(ceil_div(f.seqlen, int64_t(F::kBlockN))) : 0;
+  const int tiles = int(query_tiles(f.seqlen)), parts = a.deterministic ? int(key_blocks(f.seqlen)) : 0;
+  const int64_t rows = f.batch * f.heads * tiles * F::kBlockM;  // of delta, and of the lse after it
   typename F::Params p{make_tma_copy(SM90_TMA_LOAD{}, q, take<0, 2>(typename F::SmemQdO{}), qdo_tile, _1{}),
                        make_tma_copy(SM90_TMA_LOAD{}, dout, take<0, 2>(typename F::SmemQdO{}), qdo_tile, _1{}),
                        make_tma_copy(SM90_TMA_LOAD{}, k, take<0, 2>(typename F::SmemKV{}), kv_tile, _1{}),
@@ -416,7 +421,7 @@ cudaError_t launch(const FlashBackwardArgs& a, cudaStream_t stream) {
                        q.layout(),
                        k.layout(),
                        a.delta,
-                       0,
+                       rows,
                        a.dq_accum,
                        a.dk,
                        a.dv,
@@ -428,12 +433,10 @@ cudaError_t launch(const FlashBackwardArgs& a, cudaStream_t stream) {
                        int(f.heads / f.kv_heads),
                        f.scale,
                        f.scale * float(M_LOG2E)};
-  const int64_t rows = f.batch * f.heads * tiles * F::kBlockM;
-  p.lse_at = rows;
   constexpr int kPrepThreads = 256;
   flash_bwd_prep_kernel<kD><<<unsigned(ceil_div(rows * (kD / 8), int64_t(kPrepThreads))), kPrepThreads, 0, stream>>>(
       a.dout, o, f.lse, int(f.heads), int(f.seqlen), tiles, rows, a.delta, parts ? nullptr : a.dq_accum);
-  const dim3 grid(unsigned(f.heads * f.batch), unsigned(ceil_div(f.seqlen, int64_t(F::kBlockN))));
+  const dim3 grid(unsigned(f.heads * f.batch), unsigned(key_blocks(f.seqlen)));
   cudaError_t e = launch_with_smem(&flash_bwd_kernel<kD>, p, grid, F::kThreads, int(sizeof(typename F::Smem)), stream);
   if (e != cudaSuccess) return e;
   flash_bwd_dq_kernel<kD><<<dim3(unsigned(tiles), unsigned(f.heads), unsigned(f.batch)), 256, 0, stream>>>(
@@ -445,14 +448,12 @@ cudaError_t launch(const FlashBackwardArgs& a, cudaStream_t stream) {
 }  // namespace
 
 int64_t flash_delta_floats(const FlashArgs& f) {
-  return 2 * f.batch * f.heads * ceil_div(f.seqlen, int64_t(Bwd<64>::kBlockM)) * Bwd<64>::kBlockM;
+  return 2 * f.batch * f.heads * query_tiles(f.seqlen) * Bwd<64>::kBlockM;
 }
 
 int64_t flash_dq_accum_floats(const FlashArgs& f, bool deterministic) {
-  using F = Bwd<64>;  // both head dims tile alike
-  const int64_t tiles = ceil_div(f.seqlen, int64_t(F::kBlockM));
-  const int64_t parts = deterministic ? ceil_div(f.seqlen, int64_t(F::kBlockN)) : 1;
-  return f.batch * f.heads * parts * tiles * F::kBlockM * f.head_dim;
+  const int64_t parts = deterministic ? key_blocks(f.seqlen) : 1;
+  return f.batch * f.heads * parts * query_tiles(f.seqlen) * Bwd<64>::kBlockM * f.head_dim;
 }
 
 cudaError_t launch_flash_backward(const FlashBackwardArgs& a, cudaStream_t stream) {

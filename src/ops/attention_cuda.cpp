@@ -62,8 +62,8 @@ kernels::FlashArgs flash_args(const at::Tensor& q, const at::Tensor& k, const at
 }
 
 // Forward on the kernel (bf16, or with fp8 products from e4m3 codes made here) keeping q, k, v, o and
-// the rows' log-sum-exp; backward on the bf16 kernel: dq summed in float32 and rounded by its last kernel, dk and dv
-// rounded by the kernel (in float32 when a group's heads are summed here).
+// the rows' log-sum-exp; backward on the bf16 kernel: dq summed in float32 and rounded by its last kernel,
+// dk and dv rounded by the kernel (in float32 when a group's heads are summed here).
 struct FlashAttentionFn : torch::autograd::Function<FlashAttentionFn> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
                             const at::Tensor& v, bool fp8) {
