@@ -1,9 +1,10 @@
-// A block of 8 warps per (head, row), launched as a programmatic dependent launch (common.cuh) so that
-// its start overlaps the end of the projection before it. A head's row of D elements is L lanes' 16-byte packs, so a
-// warp holds 32 / L positions at once and the block 8 * 32 / L; each thread walks its positions two at a time (their
-// loads issued together), keeping a running maximum, sum and weighted value sum for its pack. The new token's key and
-// value are read from the projection, not from the cache the block writes them to, so no thread reads what another
-// writes. The partial softmaxes are merged across a warp's positions by shuffles, then across warps in a fixed order
+// A block of 8 warps per (head, row), launched as a programmatic dependent launch (common.cuh) so that its
+// start overlaps the end of the projection before it. A head's row of D elements is L lanes' 16-byte packs,
+// so a warp holds 32 / L positions at once and the block 8 * 32 / L; each thread walks its positions four at
+// a time (their loads issued together, the first four before the block waits for the projection), keeping a
+// running maximum, sum and weighted value sum for its pack. The new token's key and value are read from the
+// projection, not from the cache the block writes them to, so no thread reads what another writes. The
+// partial softmaxes are merged across a warp's positions by shuffles, then across warps in a fixed order
 // through shared memory.
 #include <cmath>
 #include <type_traits>
@@ -16,6 +17,7 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
+constexpr int kRound = 4;  // positions a thread has in flight at once
 
 // exp2(m - m_new), the weight of a partial result whose maximum was m; none (0) for an empty one.
 __device__ __forceinline__ float rescale(float m, float m_new) { return m == -INFINITY ? 0.f : exp2f(m - m_new); }
@@ -35,9 +37,28 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ __align__(16) T rotated[2][D];  // the query and the new key, rotated
   T* o = out + b * C + h * D;
   let_dependents_start();  // the output projection after may fetch its weights meanwhile
+  // Before the wait: pos and the cached positions before it were written before this chain of launches
+  // (launch_decode_attention's contract), so the first round of keys and values is in flight while the
+  // projection before finishes. The new token's key and value come from that projection, after the wait.
+  const int64_t p = pos[b], head = (b * KV + kv) * S * D;
+  const T* K = k_cache + head;
+  const T* V = v_cache + head;
+  const int64_t first = window > 0 && p >= window ? p - window + 1 : 0;  // a sliding window's oldest key
+  Vec<T> kb[kRound], vb[kRound];  // a round's packs: positions base + slot + j * kStep
+  const auto fetch = [&](int64_t base) {
+#pragma unroll
+    for (int j = 0; j < kRound; ++j) {
+      const int64_t t = base + slot + int64_t(j) * kStep;
+      if (t < p) {
+        kb[j] = *reinterpret_cast<const Vec<T>*>(K + t * D + sub * P);
+        vb[j] = *reinterpret_cast<const Vec<T>*>(V + t * D + sub * P);
+      }
+    }
+  };
+  const bool in_range = p >= 0 && p < S;
+  if (in_range) fetch(first + int64_t(warp) * G);
   wait_for_previous_kernel();
-  const int64_t p = pos[b];
-  if (p < 0 || p >= S) {
+  if (!in_range) {
     if (threadIdx.x < L) {
       float nan[P];
 #pragma unroll
@@ -62,54 +83,45 @@ __global__ void __launch_bounds__(kThreads)
     q_row = rotated[0];
     k_new = rotated[1];
   }
-  const int64_t head = (b * KV + kv) * S * D;
   if (h % (H / KV) == 0 && threadIdx.x < L) {  // one query head of the group writes the cache
     const int c = threadIdx.x * P;
     *reinterpret_cast<Vec<T>*>(k_cache + head + p * D + c) = *reinterpret_cast<const Vec<T>*>(k_new + c);
     *reinterpret_cast<Vec<T>*>(v_cache + head + p * D + c) = *reinterpret_cast<const Vec<T>*>(v_new + c);
   }
-  const T* K = k_cache + head;
-  const T* V = v_cache + head;
 
   float q[P];
   load_floats<P>(q_row + sub * P, q);
 #pragma unroll
   for (int i = 0; i < P; ++i) q[i] *= scale_log2;  // scores in log2 units, for exp2
   float m = -INFINITY, l = 0.f, acc[P] = {};
-  const auto take = [&](float s, const float(&v)[P]) {
-    const float m_new = fmaxf(m, s), c = exp2f(m - m_new), e = exp2f(s - m_new);
-    l = l * c + e;
-#pragma unroll
-    for (int i = 0; i < P; ++i) acc[i] = acc[i] * c + e * v[i];
-    m = m_new;
-  };
   // base is the same for the whole warp, so every lane runs every iteration (the shuffles need them).
-  const int64_t first = window > 0 && p >= window ? p - window + 1 : 0;  // a sliding window's oldest key
-  for (int64_t base = first + int64_t(warp) * G; base <= p; base += 2 * kStep) {
-    const int64_t t0 = base + slot, t1 = t0 + kStep;
-    const bool ok0 = t0 <= p, ok1 = t1 <= p;
-    float k0[P] = {}, v0[P] = {}, k1[P] = {}, v1[P] = {};
-    if (ok0) {
-      load_floats<P>((t0 == p ? k_new : K + t0 * D) + sub * P, k0);
-      load_floats<P>((t0 == p ? v_new : V + t0 * D) + sub * P, v0);
-    }
-    if (ok1) {
-      load_floats<P>((t1 == p ? k_new : K + t1 * D) + sub * P, k1);
-      load_floats<P>((t1 == p ? v_new : V + t1 * D) + sub * P, v1);
-    }
-    float s0 = 0.f, s1 = 0.f;
+  for (int64_t base = first + int64_t(warp) * G; base <= p; base += kRound * kStep) {
+    if (base != first + int64_t(warp) * G) fetch(base);
+    float sc[kRound];
 #pragma unroll
-    for (int i = 0; i < P; ++i) {
-      s0 += q[i] * k0[i];
-      s1 += q[i] * k1[i];
+    for (int j = 0; j < kRound; ++j) {
+      const int64_t t = base + slot + int64_t(j) * kStep;
+      if (t == p) kb[j] = *reinterpret_cast<const Vec<T>*>(k_new + sub * P);
+      sc[j] = 0.f;
+      if (t <= p)
+#pragma unroll
+        for (int i = 0; i < P; ++i) sc[j] += q[i] * to_float(kb[j].v[i]);
     }
 #pragma unroll
-    for (int off = L / 2; off > 0; off >>= 1) {  // within the L lanes of a position
-      s0 += __shfl_xor_sync(0xffffffffu, s0, off);
-      s1 += __shfl_xor_sync(0xffffffffu, s1, off);
+    for (int off = L / 2; off > 0; off >>= 1)  // within the L lanes of a position
+#pragma unroll
+      for (int j = 0; j < kRound; ++j) sc[j] += __shfl_xor_sync(0xffffffffu, sc[j], off);
+#pragma unroll
+    for (int j = 0; j < kRound; ++j) {
+      const int64_t t = base + slot + int64_t(j) * kStep;
+      if (t > p) continue;
+      if (t == p) vb[j] = *reinterpret_cast<const Vec<T>*>(v_new + sub * P);
+      const float m_new = fmaxf(m, sc[j]), c = exp2f(m - m_new), e = exp2f(sc[j] - m_new);
+      l = l * c + e;
+#pragma unroll
+      for (int i = 0; i < P; ++i) acc[i] = acc[i] * c + e * to_float(vb[j].v[i]);
+      m = m_new;
     }
-    if (ok0) take(s0, v0);
-    if (ok1) take(s1, v1);
   }
   // Merge the warp's positions: lanes of one pack (equal sub) across slots.
 #pragma unroll

@@ -27,7 +27,9 @@ bool decode_attention_fits(DType dtype, int64_t D);
 /// pos[b] * inv_freq[i] (sincosf of the float32 product), and the key is cached rotated, rounded to
 /// `dtype`; the query is rounded too, as a separate rotation would store it. A row whose pos lies outside
 /// [0, S) writes nothing to the caches and gets NaN. Pointers and qkv's row stride must be 16-byte
-/// aligned.
+/// aligned. Launched as a programmatic dependent launch (common.cuh) that reads pos and the cached
+/// positions before pos[b] before the kernels ahead of it have finished: those must be written by an
+/// ordinary launch (or an earlier step's attention) before the chain that leads to this one.
 cudaError_t launch_decode_attention(const void* qkv, int64_t qkv_stride,  // (B, (H + 2 KV) D), rows qkv_stride apart
                                     void* k_cache, void* v_cache,         // (B, KV, S, D) contiguous each
                                     const int64_t* pos,                   // (B)
