@@ -31,8 +31,8 @@ struct FlashArgs {
 };
 
 /// True when launch_flash_forward takes these: bf16, head dim 64 or 128, pointers 16-byte aligned,
-/// strides multiples of 8 elements (the TMA's 16 bytes), sizes within int32 (and T within the backward's
-/// grid: 65535 blocks of 128 keys).
+/// strides multiples of 8 elements (the TMA's 16 bytes), sizes within int32 and B and H within a grid
+/// dimension (65535).
 bool flash_fits(const FlashArgs& args);
 /// One operand's part of that (q, k, v, or a backward pass's dout): its pointer 16-byte aligned, its
 /// strides multiples of 8 elements.

@@ -436,8 +436,7 @@ cudaError_t launch(const FlashBackwardArgs& a, cudaStream_t stream) {
   constexpr int kPrepThreads = 256;
   flash_bwd_prep_kernel<kD><<<unsigned(ceil_div(rows * (kD / 8), int64_t(kPrepThreads))), kPrepThreads, 0, stream>>>(
       a.dout, o, f.lse, int(f.heads), int(f.seqlen), tiles, rows, a.delta, parts ? nullptr : a.dq_accum);
-  // A head's key blocks side by side, longest first, so that the blocks running at once share its q and dO in
-  // L2 (measured: longest first over all heads cost a third more at D = 128).
+  // Head order (see the top of the file); longest first over all heads cost a third more at D = 128.
   const dim3 grid(unsigned(key_blocks(f.seqlen)), unsigned(f.heads), unsigned(f.batch));
   cudaError_t e = launch_with_smem(&flash_bwd_kernel<kD>, p, grid, F::kThreads, int(sizeof(typename F::Smem)), stream);
   if (e != cudaSuccess) return e;

@@ -270,9 +270,9 @@ bool flash_fits(const FlashTensor& t) {
 
 bool flash_fits(const FlashArgs& a) {
   return a.dtype == DType::kBFloat16 && (a.head_dim == 64 || a.head_dim == 128) && a.kv_heads > 0 &&
-         a.heads % a.kv_heads == 0 && a.seqlen > 0 && a.batch < 65536 && a.heads < 65536 &&
-         a.batch * a.heads < (int64_t(1) << 31) && a.seqlen <= int64_t(65535) * 128 && flash_fits(a.q) &&
-         flash_fits(a.k) && flash_fits(a.v) && aligned(a.o) && a.o_row_stride % 2 == 0;
+         a.heads % a.kv_heads == 0 && a.seqlen > 0 && a.seqlen < (int64_t(1) << 31) && a.batch < 65536 &&
+         a.heads < 65536 && a.batch * a.heads < (int64_t(1) << 31) && flash_fits(a.q) && flash_fits(a.k) &&
+         flash_fits(a.v) && aligned(a.o) && a.o_row_stride % 2 == 0;
 }
 
 cudaError_t launch_flash_forward(const FlashArgs& a, cudaStream_t stream) {
