@@ -13,11 +13,13 @@
 //               adapters, the loss read after each step (hf_peft_speed.py; --hf)
 //   hf-qlora    the same over the base loaded in NF4 through bitsandbytes (double quantization, bf16
 //               compute), as QLoRA loads it (--hf; bitsandbytes importable by --python)
+// Each row's line goes out as it finishes (a run cut short keeps what it measured); the table follows.
 //   build/bin/bench_finetune --model llama-3.2-1b --model gpt2-xl --seq 1024 --batch 4 --hf
 #include <llmtrain/llmtrain.h>
 #include <torch/cuda.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -33,6 +35,7 @@ int main(int argc, char** argv) {
   int steps = 10, warmup = 3;
   std::vector<std::string> targets;
   bool hf = false;
+  std::vector<std::string> paths;
   std::string python = LLMTRAIN_PYTHON;
   app.add_option("--model", models, "presets (repeatable; default gpt2-xl and llama-3.2-1b)");
   app.add_option("--batch", B, "batch size of every row")->capture_default_str();
@@ -41,6 +44,9 @@ int main(int argc, char** argv) {
   app.add_option("--targets", targets, "LoRA's target modules (repeatable; default all-linear)");
   app.add_option("--steps", steps, "timed steps per row")->capture_default_str();
   app.add_option("--warmup", warmup, "untimed steps first")->capture_default_str();
+  app.add_option("--path", paths,
+                 "rows to run (repeatable: full, lora, qlora, full-8bit, hf-peft, hf-qlora; default all)")
+      ->check(CLI::IsMember({"full", "lora", "qlora", "full-8bit", "hf-peft", "hf-qlora"}));
   app.add_flag("--hf", hf, "also run transformers + PEFT LoRA and QLoRA (PEFT, bitsandbytes importable by --python)");
   app.add_option("--python", python, "Python with torch, transformers and peft (default: the one CMake found)")
       ->capture_default_str();
@@ -57,6 +63,15 @@ int main(int argc, char** argv) {
     bench::Row row;
   };
   std::vector<Out> rows;
+  const auto wanted = [&](const std::string& p) {
+    return paths.empty() || std::find(paths.begin(), paths.end(), p) != paths.end();
+  };
+  const auto add = [&](const std::string& model, const bench::Row& row) {
+    rows.push_back({model, row});
+    std::printf("%s %s: %.2f ms/step, %.0f tok/s, %.2f GiB peak\n", model.c_str(), row.name.c_str(), row.ms_per_step,
+                row.tokens_per_s, row.peak_gib);
+    std::fflush(stdout);
+  };
   try {
     for (const auto& name : models) {
       const auto spec = llmtrain::nn::ModelSpec::preset(name);
@@ -67,34 +82,37 @@ int main(int argc, char** argv) {
       lora.lora_alpha = double(2 * r);
       if (targets.size() == 1 && targets[0] == "all-linear") lora.all_linear = true;
       else lora.target_modules = targets;
+      const auto ours = [&](const bench::Variant& v) {
+        if (wanted(v.name)) add(name, bench::run(v, spec, B, T, steps, warmup, 989.4e12));
+      };
       bench::Variant full{"full", true, llmtrain::optim::Precision::kBF16Master, false, /*graph=*/true};
-      rows.push_back({name, bench::run(full, spec, B, T, steps, warmup, 989.4e12)});
+      ours(full);
       bench::Variant adapted = full;
       adapted.name = "lora";
       adapted.lora = lora;
-      rows.push_back({name, bench::run(adapted, spec, B, T, steps, warmup, 989.4e12)});
+      ours(adapted);
       bench::Variant qlora = adapted;
       qlora.name = "qlora";
       qlora.nf4 = true;
-      rows.push_back({name, bench::run(qlora, spec, B, T, steps, warmup, 989.4e12)});
+      ours(qlora);
       bench::Variant full8 = full;
       full8.name = "full-8bit";
       full8.state = llmtrain::optim::StateFormat::k8Bit;
-      rows.push_back({name, bench::run(full8, spec, B, T, steps, warmup, 989.4e12)});
+      ours(full8);
       if (hf) {  // in processes of their own (their memory is their own)
         std::string target_list;
         for (const auto& t : targets) target_list += (target_list.empty() ? "" : ",") + t;
         const std::pair<std::string, std::string> baselines[] = {{"hf-peft", "bf16"}, {"hf-qlora", "nf4"}};
         for (const auto& [row, base] : baselines) {
+          if (!wanted(row)) continue;
           try {  // a baseline that cannot run (no peft or bitsandbytes there) leaves the other rows standing
             const auto j =
                 bench::run_python_json(python, std::string(LLMTRAIN_SOURCE_DIR) + "/benchmarks/hf_peft_speed.py",
                                        {name, std::to_string(B), std::to_string(T), std::to_string(steps),
                                         std::to_string(warmup), std::to_string(r), target_list, base});
             const double sec = j.at("seconds_per_step").get<double>();
-            rows.push_back({name,
-                            {row, B, sec * 1e3, double(B * T) / sec, 0, j.at("peak_gib").get<double>(),
-                             j.at("loss").get<double>()}});
+            add(name, {row, B, sec * 1e3, double(B * T) / sec, 0, j.at("peak_gib").get<double>(),
+                       j.at("loss").get<double>()});
           } catch (const std::exception& e) {
             std::fprintf(stderr, "bench_finetune: no %s row for %s: %s\n", row.c_str(), name.c_str(), e.what());
           }

@@ -11,6 +11,7 @@ all-linear; BASE bf16 (the default) or nf4).
 Prints one JSON object: the seconds per step (mean of STEPS after WARMUP), the peak of allocated
 memory in GiB and the last loss.
 """
+import importlib.util
 import json
 import sys
 import tempfile
@@ -36,6 +37,8 @@ def main(name: str, batch: str, seq: str, steps: str, warmup: str, r: str, targe
     b, t, n, w, rank = int(batch), int(seq), int(steps), int(warmup), int(r)
     if base not in ("bf16", "nf4"):
         raise SystemExit(f"hf_peft_speed: BASE is bf16 or nf4, not {base}")
+    if base == "nf4" and importlib.util.find_spec("bitsandbytes") is None:  # before the model is built and saved
+        raise SystemExit(f"hf_peft_speed: BASE nf4 needs bitsandbytes, which {sys.executable} cannot import")
     torch.manual_seed(1337)
     model = build(name).to(torch.bfloat16)
     model = nf4_base(model) if base == "nf4" else model.to("cuda")
