@@ -45,7 +45,8 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "timed steps per row")->capture_default_str();
   app.add_option("--warmup", warmup, "untimed steps first")->capture_default_str();
   app.add_option("--path", paths,
-                 "rows to run (repeatable: full, lora, qlora, full-8bit, hf-peft, hf-qlora; default all)")
+                 "rows to run (repeatable: full, lora, qlora, full-8bit, hf-peft, hf-qlora; default all; an hf row "
+                 "implies --hf)")
       ->check(CLI::IsMember({"full", "lora", "qlora", "full-8bit", "hf-peft", "hf-qlora"}));
   app.add_flag("--hf", hf, "also run transformers + PEFT LoRA and QLoRA (PEFT, bitsandbytes importable by --python)");
   app.add_option("--python", python, "Python with torch, transformers and peft (default: the one CMake found)")
@@ -53,6 +54,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (models.empty()) models = {"gpt2-xl", "llama-3.2-1b"};
   if (targets.empty()) targets = {"all-linear"};
+  // Naming a transformers row asks for it.
+  for (const auto& p : paths) hf = hf || p.rfind("hf-", 0) == 0;
   bench::default_ops();  // before any row switches kernels
   if (!torch::cuda::is_available()) {
     std::fprintf(stderr, "bench_finetune: needs a CUDA device\n");
