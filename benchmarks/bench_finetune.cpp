@@ -13,7 +13,6 @@
 //               adapters, the loss read after each step (hf_peft_speed.py; --hf)
 //   hf-qlora    the same over the base loaded in NF4 through bitsandbytes (double quantization, bf16
 //               compute), as QLoRA loads it (--hf; bitsandbytes importable by --python)
-// Each row's line goes out as it finishes (a run cut short keeps what it measured); the table follows.
 //   build/bin/bench_finetune --model llama-3.2-1b --model gpt2-xl --seq 1024 --batch 4 --hf
 #include <llmtrain/llmtrain.h>
 #include <torch/cuda.h>
@@ -71,9 +70,7 @@ int main(int argc, char** argv) {
   };
   const auto add = [&](const std::string& model, const bench::Row& row) {
     rows.push_back({model, row});
-    std::printf("%s %s: %.2f ms/step, %.0f tok/s, %.2f GiB peak\n", model.c_str(), row.name.c_str(), row.ms_per_step,
-                row.tokens_per_s, row.peak_gib);
-    std::fflush(stdout);
+    bench::print_finished(model, row);
   };
   try {
     for (const auto& name : models) {

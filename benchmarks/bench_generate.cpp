@@ -31,6 +31,11 @@ struct Row {
   double seconds, seconds_prompt;  // medians: N new tokens; 1 new token
 };
 
+// The decode step's ms a token: (time of N tokens - time of 1) / (N - 1).
+double ms_per_token(const Row& r, int64_t new_tokens) {
+  return (r.seconds - r.seconds_prompt) / double(new_tokens - 1) * 1e3;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -110,6 +115,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::vector<Row> rows;
+  const auto keep = [&](const Row& r) {  // a line as each row finishes: a run cut short keeps what it measured
+    rows.push_back(r);
+    std::printf("done: %s %s B=%lld: %.3f ms/token\n", model_name.c_str(), r.name.c_str(),
+                static_cast<long long>(r.batch), ms_per_token(r, new_tokens));
+    std::fflush(stdout);
+  };
   try {
     torch::manual_seed(1337);
     const auto model = llmtrain::nn::make_model(llmtrain::nn::ModelSpec::preset(model_name));
@@ -120,12 +131,12 @@ int main(int argc, char** argv) {
     warm.top_k = 50;
     warm.top_p = 0.9;
     for (int64_t B : batches) {
-      rows.push_back(run({"llmtrain", true, true, greedy}, model, B, prompt_len, new_tokens, repeat));
+      keep(run({"llmtrain", true, true, greedy}, model, B, prompt_len, new_tokens, repeat));
       if (profile) continue;
-      rows.push_back(run({"llmtrain-eager", true, false, greedy}, model, B, prompt_len, new_tokens, repeat));
-      rows.push_back(run({"llmtrain-no-gemv", true, true, greedy, "gemv"}, model, B, prompt_len, new_tokens, repeat));
-      rows.push_back(run({"libtorch", false, false, greedy}, model, B, prompt_len, new_tokens, repeat));
-      if (sample) rows.push_back(run({"llmtrain-sample", true, true, warm}, model, B, prompt_len, new_tokens, repeat));
+      keep(run({"llmtrain-eager", true, false, greedy}, model, B, prompt_len, new_tokens, repeat));
+      keep(run({"llmtrain-no-gemv", true, true, greedy, "gemv"}, model, B, prompt_len, new_tokens, repeat));
+      keep(run({"libtorch", false, false, greedy}, model, B, prompt_len, new_tokens, repeat));
+      if (sample) keep(run({"llmtrain-sample", true, true, warm}, model, B, prompt_len, new_tokens, repeat));
     }
     if (!no_hf && !profile) {
       std::vector<std::string> args = {model_name, std::to_string(prompt_len), std::to_string(new_tokens),
@@ -136,7 +147,7 @@ int main(int argc, char** argv) {
             bench::run_python_json(python, std::string(LLMTRAIN_SOURCE_DIR) + "/benchmarks/hf_generate_speed.py", args);
         for (int64_t B : batches) {
           const auto& h = hf.at(std::to_string(B));
-          rows.push_back({"hf", B, h.at("seconds").get<double>(), h.at("seconds_prompt").get<double>()});
+          keep({"hf", B, h.at("seconds").get<double>(), h.at("seconds_prompt").get<double>()});
         }
       } catch (const std::exception& e) {
         std::fprintf(stderr, "bench_generate: no transformers row: %s\n", e.what());
@@ -152,7 +163,7 @@ int main(int argc, char** argv) {
               "vs hf");
   nlohmann::json out = nlohmann::json::array();
   for (const auto& r : rows) {
-    const double step_ms = (r.seconds - r.seconds_prompt) / double(new_tokens - 1) * 1e3;
+    const double step_ms = ms_per_token(r, new_tokens);
     const double tok_s = double(r.batch * new_tokens) / r.seconds;
     const auto base = [&](const char* name) {
       for (const auto& b : rows)

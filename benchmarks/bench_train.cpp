@@ -95,7 +95,11 @@ int main(int argc, char** argv) {
     LLMTRAIN_CHECK(T <= spec.block_size(), "--seq ", T, " is longer than ", model_name, "'s block_size ",
                    spec.block_size());
     for (int64_t B : batches) {
-      const auto add = [&](const Variant& v) { rows.push_back(bench::run(v, spec, B, T, steps, warmup, peak)); };
+      const auto keep = [&](const bench::Row& r) {
+        rows.push_back(r);
+        bench::print_finished(model_name, r);
+      };
+      const auto add = [&](const Variant& v) { keep(bench::run(v, spec, B, T, steps, warmup, peak)); };
       if (wanted("libtorch")) add({"libtorch", false, Precision::kBF16, /*sync=*/true});
       if (wanted("libtorch-bf16w")) add({"libtorch-bf16w", false, Precision::kBF16Master, /*sync=*/true});
       if (wanted("llmtrain")) add({"llmtrain", true, Precision::kBF16Master, false, /*graph=*/true});
@@ -132,9 +136,9 @@ int main(int argc, char** argv) {
         for (const char* mode : {"eager", "compile"}) {
           const auto& h = j.at(mode);
           const double sec = h.at("seconds_per_step").get<double>();
-          rows.push_back({std::string("hf-") + mode, B, sec * 1e3, double(B * T) / sec,
-                          peak > 0 ? double(B * T) / sec * flops / peak : 0, h.at("peak_gib").get<double>(),
-                          h.at("loss").get<double>()});
+          keep({std::string("hf-") + mode, B, sec * 1e3, double(B * T) / sec,
+                peak > 0 ? double(B * T) / sec * flops / peak : 0, h.at("peak_gib").get<double>(),
+                h.at("loss").get<double>()});
         }
       }
     }

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,6 +24,14 @@ struct Row {
   int64_t batch;
   double ms_per_step, tokens_per_s, mfu, peak_gib, loss;
 };
+
+// One line for a row as soon as it is measured, ahead of the table at the end: a run cut short (a time
+// limit on the GPU machine) keeps what it measured.
+inline void print_finished(const std::string& model, const Row& r) {
+  std::printf("done: %s %s B=%lld: %.2f ms/step, %.0f tok/s, %.2f GiB peak\n", model.c_str(), r.name.c_str(),
+              static_cast<long long>(r.batch), r.ms_per_step, r.tokens_per_s, r.peak_gib);
+  std::fflush(stdout);
+}
 
 // The ops whose kernels are on by default, read before any row changes them.
 inline const std::vector<std::string>& default_ops() {
