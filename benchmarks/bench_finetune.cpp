@@ -18,7 +18,6 @@
 #include <torch/cuda.h>
 
 #include <CLI/CLI.hpp>
-#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -65,9 +64,7 @@ int main(int argc, char** argv) {
     bench::Row row;
   };
   std::vector<Out> rows;
-  const auto wanted = [&](const std::string& p) {
-    return paths.empty() || std::find(paths.begin(), paths.end(), p) != paths.end();
-  };
+  const auto wanted = [&](const std::string& p) { return bench::wanted(paths, p); };
   const auto add = [&](const std::string& model, const bench::Row& row) {
     rows.push_back({model, row});
     bench::print_finished(model, row);

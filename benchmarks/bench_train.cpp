@@ -87,9 +87,7 @@ int main(int argc, char** argv) {
   using llmtrain::optim::Precision;
   std::vector<bench::Row> rows;
   try {
-    const auto wanted = [&](const std::string& p) {
-      return paths.empty() || std::find(paths.begin(), paths.end(), p) != paths.end();
-    };
+    const auto wanted = [&](const std::string& p) { return bench::wanted(paths, p); };
     const double peak = peak_tflops * 1e12;
     const auto spec = llmtrain::nn::ModelSpec::preset(model_name);
     LLMTRAIN_CHECK(T <= spec.block_size(), "--seq ", T, " is longer than ", model_name, "'s block_size ",

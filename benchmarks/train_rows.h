@@ -33,6 +33,11 @@ inline void print_finished(const std::string& model, const Row& r) {
   std::fflush(stdout);
 }
 
+// Whether a --path list (empty: every row) names the row `name`.
+inline bool wanted(const std::vector<std::string>& paths, const std::string& name) {
+  return paths.empty() || std::find(paths.begin(), paths.end(), name) != paths.end();
+}
+
 // The ops whose kernels are on by default, read before any row changes them.
 inline const std::vector<std::string>& default_ops() {
   static const std::vector<std::string> on = [] {
