@@ -29,7 +29,6 @@
 #include <torch/cuda.h>
 
 #include <CLI/CLI.hpp>
-#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
