@@ -99,7 +99,9 @@ struct GlooCommunicator::State {
         work->wait(kLook);
         return;
       } catch (const std::exception& e) {
-        if (!work->isCompleted()) {  // only this look timed out
+        // Only this look timed out, unless the work ended with an error of its own: it may have ended
+        // well between the look's timeout and here, and then the next look returns at once.
+        if (!work->isCompleted() || !work->exception()) {
           throw_if_aborted(what, abort_mark(what));
           continue;
         }
