@@ -8,8 +8,6 @@
 #include <algorithm>
 #include <type_traits>
 
-#include <algorithm>
-
 #include "common/common.cuh"
 #include "nf4.cuh"
 
