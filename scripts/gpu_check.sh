@@ -4,9 +4,12 @@
 # training step, and the GPT-2 124M reference run of ../shared/ENVIRONMENT.md. Each part writes its log
 # into LOGDIR and a line to LOGDIR/summary.txt.
 #   scripts/gpu_check.sh [LOGDIR] [PART...]   PART: build tests kernels train generate profile converge
-#                                             dist seeds hfgen sanitize flaky (default all but dist, seeds,
-#                                             hfgen, sanitize and flaky)
-# BENCH_TRAIN_ARGS adds arguments to bench_train (e.g. "--without layer_norm --with mlp"). `dist` runs
+#                                             finetune dist seeds hfgen sanitize flaky (default all but
+#                                             finetune, dist, seeds, hfgen, sanitize and flaky)
+# BENCH_TRAIN_ARGS adds arguments to bench_train (e.g. "--without layer_norm --with mlp"). `finetune` runs
+# bench_finetune with its transformers rows (BENCH_FINETUNE_ARGS adds arguments, e.g. "--model
+# llama-3.2-1b --path qlora --path hf-qlora"); PEFT and bitsandbytes come from .deps/pylib
+# (scripts/unpack_deps.sh) where it is there. `dist` runs
 # bench_dist over DIST_RANKS ranks (default 2; NCCL is measured where there is a GPU for each). `seeds` runs the
 # reference once for each seed in CONVERGE_SEEDS (default "1337 1 2 3 4 5"), without checkpoints, and says
 # each one's last val loss: how far the seed alone moves it; CONVERGE_SETS adds KEY=VALUE settings to those runs
@@ -25,6 +28,7 @@ parts=${*:-build tests kernels train generate profile converge}
 mkdir -p "$log"
 cd "$root"
 export LLMTRAIN_DATA_DIR=${LLMTRAIN_DATA_DIR:-$root/../shared/data}
+[ -d "$root/.deps/pylib" ] && export PYTHONPATH="$root/.deps/pylib${PYTHONPATH:+:$PYTHONPATH}"
 say() { printf '%s\n' "$*" | tee -a "$log/summary.txt"; }
 timed() {  # timed NAME COMMAND...: runs it into LOGDIR/NAME.log, says how it went and how long it took
   local name=$1 t0=$SECONDS rc; shift
@@ -45,6 +49,7 @@ for part in $parts; do
     kernels) timed kernels build/bin/bench_kernels --iters 20; tail -12 "$log/kernels.log" ;;
     train) timed train build/bin/bench_train --steps 15 --warmup 3 ${BENCH_TRAIN_ARGS:-}; tail -12 "$log/train.log" ;;
     generate) timed generate build/bin/bench_generate --sample; tail -16 "$log/generate.log" ;;
+    finetune) timed finetune build/bin/bench_finetune --hf ${BENCH_FINETUNE_ARGS:-}; tail -16 "$log/finetune.log" ;;
     dist) timed dist build/bin/bench_dist --ranks "${DIST_RANKS:-2}"; tail -16 "$log/dist.log" | cut -c1-120 ;;
     hfgen)
       prompt="[3666, 5891, 4841]"  # "My fellow Americans"

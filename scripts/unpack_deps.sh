@@ -3,6 +3,9 @@
 # packages whose headers it lacks and unpacks them into .deps/ (ignored by git), to be carried along
 # with the tree. scripts/setup.sh uses .deps/pcre2 and .deps/gloo when the system lacks their headers, and
 # CMake takes CUTLASS's headers from .deps/cutlass/include when its Python has no nvidia-cutlass wheel.
+# .deps/pylib holds the pinned peft and bitsandbytes (only its CPU and CUDA 13 libraries, which the GPU
+# machine's torch loads: 8 MB of the 125 it installs), for bench_finetune's transformers rows there;
+# scripts/gpu_check.sh puts it on PYTHONPATH.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 mkdir -p "$root/.deps"
@@ -28,4 +31,17 @@ with zipfile.ZipFile(sys.argv[1]) as wheel:
 PY
 mv "$root/.deps/cutlass/tmp/cutlass_library/source/include" "$root/.deps/cutlass/include"
 rm -rf "$root/.deps/cutlass/tmp"
+"$py" -m pip download -q --no-deps -d "$tmp" $(grep -E '^(peft|bitsandbytes)==' "$root/scripts/requirements.txt")
+rm -rf "$root/.deps/pylib"
+python3 - "$root/.deps/pylib" "$tmp"/peft-*.whl "$tmp"/bitsandbytes-*.whl <<'PY'
+import re, sys, zipfile
+for path in sys.argv[2:]:
+    with zipfile.ZipFile(path) as wheel:
+        for name in wheel.namelist():
+            lib = re.search(r"libbitsandbytes_(\w+)\.so$", name)
+            if lib and not re.fullmatch(r"cpu|cuda13\d", lib.group(1)):
+                continue
+            if not name.endswith("/"):
+                wheel.extract(name, sys.argv[1])
+PY
 echo "unpacked into $root/.deps: $(ls "$root/.deps")"
