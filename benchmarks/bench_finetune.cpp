@@ -64,7 +64,6 @@ int main(int argc, char** argv) {
     bench::Row row;
   };
   std::vector<Out> rows;
-  const auto wanted = [&](const std::string& p) { return bench::wanted(paths, p); };
   const auto add = [&](const std::string& model, const bench::Row& row) {
     rows.push_back({model, row});
     bench::print_finished(model, row);
@@ -80,7 +79,7 @@ int main(int argc, char** argv) {
       if (targets.size() == 1 && targets[0] == "all-linear") lora.all_linear = true;
       else lora.target_modules = targets;
       const auto ours = [&](const bench::Variant& v) {
-        if (wanted(v.name)) add(name, bench::run(v, spec, B, T, steps, warmup, 989.4e12));
+        if (bench::wanted(paths, v.name)) add(name, bench::run(v, spec, B, T, steps, warmup, 989.4e12));
       };
       bench::Variant full{"full", true, llmtrain::optim::Precision::kBF16Master, false, /*graph=*/true};
       ours(full);
@@ -101,7 +100,7 @@ int main(int argc, char** argv) {
         for (const auto& t : targets) target_list += (target_list.empty() ? "" : ",") + t;
         const std::pair<std::string, std::string> baselines[] = {{"hf-peft", "bf16"}, {"hf-qlora", "nf4"}};
         for (const auto& [row, base] : baselines) {
-          if (!wanted(row)) continue;
+          if (!bench::wanted(paths, row)) continue;
           try {  // a baseline that cannot run (no peft or bitsandbytes there) leaves the other rows standing
             const auto j =
                 bench::run_python_json(python, std::string(LLMTRAIN_SOURCE_DIR) + "/benchmarks/hf_peft_speed.py",
