@@ -157,12 +157,13 @@ ops::NF4Weight to_cuda(const ops::NF4Weight& q) {
 // The GPU's NF4: quantized on the device as on the CPU; dequantized by the kernel bit for bit as the
 // reference (a tail of odd size too); the few-row product on the tensor cores (1 to 8 rows of bf16 or
 // fp16, with and without bias) and the many-row path (dequantized weight and cuBLAS; float32 always),
-// forward and input gradient, as the product with the dequantized weight.
+// forward and input gradient, as the product with the dequantized weight. 40 x 8192 gives each warp of
+// the few-row kernel several chunks; 80000 x 64 gives each of its blocks several turns.
 TEST(OpsNF4, KernelsMatchTheReference_CUDA) {
   LLMTRAIN_SKIP_WITHOUT_CUDA();
   torch::manual_seed(2);
   for (const auto& [rows, cols] :
-       std::vector<std::pair<int64_t, int64_t>>{{3, 7}, {130, 64}, {96, 192}, {1000, 2048}}) {
+       std::vector<std::pair<int64_t, int64_t>>{{3, 7}, {130, 64}, {96, 192}, {1000, 2048}, {40, 8192}, {80000, 64}}) {
     SCOPED_TRACE(testing::Message() << rows << " x " << cols);
     const auto w = torch::randn({rows, cols}) * 0.05;
     const auto q = ops::nf4_quantize(w), qc = ops::nf4_quantize(w.cuda());
