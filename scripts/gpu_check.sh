@@ -95,10 +95,8 @@ PY
       filter=${SANITIZE_FILTER:-*_CUDA}
       pids=()
       for tool in memcheck racecheck synccheck initcheck; do
-        extra=()
-        [ $tool = initcheck ] && extra=(--track-unused-memory no)
         ( timeout "${SANITIZE_TIMEOUT:-420}" compute-sanitizer --tool $tool --kernel-name kns=llmtrain \
-            --error-exitcode 3 "${extra[@]}" $bin --gtest_filter="$filter" >"$log/sanitize_$tool.log" 2>&1
+            --error-exitcode 3 $bin --gtest_filter="$filter" >"$log/sanitize_$tool.log" 2>&1
           echo "[sanitize $tool] exit $?" >>"$log/summary.txt" ) &
         pids+=($!)
       done
