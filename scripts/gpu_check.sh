@@ -20,6 +20,9 @@
 # every repeat with new inputs) and counts the failures. `hfgen` takes the model `converge` trained,
 # exports it as a Hugging Face folder and compares 64 greedy tokens in bf16 on the GPU: generate's
 # (KV cache, CUDA graph; from the native checkpoint and from the folder) against transformers'.
+# GPU_CHECK_SECONDS (default 0: no limit) bounds the whole round: a command still running then is
+# stopped (the benchmarks print each row as it finishes) and the parts after it are skipped, so that a
+# round inside a device call's limit still returns its logs.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 log=${1:-$root/runs/gpu_check}
@@ -30,8 +33,13 @@ cd "$root"
 export LLMTRAIN_DATA_DIR=${LLMTRAIN_DATA_DIR:-$root/../shared/data}
 [ -d "$root/.deps/pylib" ] && export PYTHONPATH="$root/.deps/pylib${PYTHONPATH:+:$PYTHONPATH}"
 say() { printf '%s\n' "$*" | tee -a "$log/summary.txt"; }
+end=$((SECONDS + ${GPU_CHECK_SECONDS:-0}))
 timed() {  # timed NAME COMMAND...: runs it into LOGDIR/NAME.log, says how it went and how long it took
   local name=$1 t0=$SECONDS rc; shift
+  if [ "${GPU_CHECK_SECONDS:-0}" -gt 0 ]; then  # within the call's time: stopped at the end, or skipped
+    if ((end - SECONDS < 5)); then say "[$name] skipped: the $GPU_CHECK_SECONDS s are spent"; return 124; fi
+    set -- timeout $((end - SECONDS)) "$@"
+  fi
   "$@" >"$log/$name.log" 2>&1; rc=$?
   say "[$name] exit $rc in $((SECONDS - t0)) s"
   return $rc
@@ -94,8 +102,10 @@ PY
       bin=build/bin/llmtrain_tests
       filter=${SANITIZE_FILTER:-*_CUDA}
       pids=()
+      limit=${SANITIZE_TIMEOUT:-420}
+      [ "${GPU_CHECK_SECONDS:-0}" -gt 0 ] && ((end - SECONDS < limit)) && limit=$((end - SECONDS > 1 ? end - SECONDS : 1))
       for tool in memcheck racecheck synccheck initcheck; do
-        ( timeout "${SANITIZE_TIMEOUT:-420}" compute-sanitizer --tool $tool --kernel-name kns=llmtrain \
+        ( timeout "$limit" compute-sanitizer --tool $tool --kernel-name kns=llmtrain \
             --error-exitcode 3 $bin --gtest_filter="$filter" >"$log/sanitize_$tool.log" 2>&1
           echo "[sanitize $tool] exit $?" >>"$log/summary.txt" ) &
         pids+=($!)
