@@ -6,7 +6,8 @@
 #   scripts/gpu_check.sh [LOGDIR] [PART...]   PART: build tests kernels train generate profile converge
 #                                             finetune dist seeds hfgen sanitize flaky (default all but
 #                                             finetune, dist, seeds, hfgen, sanitize and flaky)
-# BENCH_TRAIN_ARGS adds arguments to bench_train (e.g. "--without layer_norm --with mlp"). `finetune` runs
+# BENCH_TRAIN_ARGS adds arguments to bench_train (e.g. "--without layer_norm --with mlp"), BENCH_GENERATE_ARGS
+# to bench_generate (e.g. "--model llama-3.2-1b --batch 1"). `finetune` runs
 # bench_finetune with its transformers rows (BENCH_FINETUNE_ARGS adds arguments, e.g. "--model
 # llama-3.2-1b --path qlora --path hf-qlora"); PEFT and bitsandbytes come from .deps/pylib
 # (scripts/unpack_deps.sh) where it is there. `dist` runs
@@ -56,7 +57,7 @@ for part in $parts; do
            grep -E 'tests passed|FAILED|Failed' "$log/tests.log" | tee -a "$log/summary.txt" ;;
     kernels) timed kernels build/bin/bench_kernels --iters 20; tail -12 "$log/kernels.log" ;;
     train) timed train build/bin/bench_train --steps 15 --warmup 3 ${BENCH_TRAIN_ARGS:-}; tail -12 "$log/train.log" ;;
-    generate) timed generate build/bin/bench_generate --sample; tail -16 "$log/generate.log" ;;
+    generate) timed generate build/bin/bench_generate --sample ${BENCH_GENERATE_ARGS:-}; tail -16 "$log/generate.log" ;;
     finetune) timed finetune build/bin/bench_finetune --hf ${BENCH_FINETUNE_ARGS:-}; tail -16 "$log/finetune.log" ;;
     dist) timed dist build/bin/bench_dist --ranks "${DIST_RANKS:-2}"; tail -16 "$log/dist.log" | cut -c1-120 ;;
     hfgen)
