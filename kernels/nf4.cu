@@ -219,12 +219,12 @@ cudaError_t gemv_launch(const NF4Args& w, int M, int64_t N, int K, const T* x, c
                           x, bias, y);
 }
 
-// The longest chunk (the most codes a lane has in flight), no longer than a row, whose turns reach as
-// many SMs as chunks of one block do: a narrow weight in long chunks would leave SMs idle, but where a
-// tile's warps are all busy anyway (K of 1024 or more) a longer chunk costs none. Asking that the turns
-// reach every SM instead gave Llama-3.2-1B's down_proj (2048 x 8192: 128 turns at any chunk) chunks of
-// one, 16 bytes in flight a lane; this choice took the 112 products of its decode step from 0.673 to
-// 0.551 ms on an H100.
+// The longest chunk (the most codes a lane has in flight), no longer than a row, whose turns are as
+// many as chunk one's or reach every SM: a longer chunk can give a tile fewer warps and the weight fewer
+// turns, which leaves SMs idle only while the turns are fewer than the SMs. Asking that the turns reach
+// every SM instead gave Llama-3.2-1B's down_proj (2048 x 8192: 128 turns at any chunk) chunks of one,
+// 16 bytes in flight a lane; this choice took the 112 products of its decode step from 0.673 to 0.551
+// ms on an H100.
 template <typename T>
 cudaError_t gemv_as(const NF4Args& w, int M, int64_t N, int K, const void* x, const void* bias, void* y,
                     cudaStream_t stream) {
